@@ -1,0 +1,211 @@
+"""The fitness cascade: gate -> compile and call -> correctness -> timing.
+
+The engine process never runs candidate code. It reads the source (static gate), asks a worker
+to run the candidate on inputs it can regenerate itself, compares what comes back with a float64
+reference it computes on its own, and asks the timing worker (one per GPU) for timings that it
+then floors at the roofline and aggregates.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import torch
+
+from fitness.compare import as_list, compare_outputs, dtype_name
+from fitness.pool import WorkerFailure, WorkerPool
+from fitness.sandbox import detect
+from fitness.static_gate import check_source
+from fitness.verdict import Verdict, speedup_from_rows
+from suites.task import Task
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    seeds: tuple[int, ...] = (0, 1)  # every case runs once per seed: fresh data defeats result caches
+    workers: int = 1  # correctness workers (compile + call + check), in parallel
+    device: str = "auto"  # "auto", "cpu" (Triton interpreter) or "cuda"
+    timeout_s: float = 300.0  # one candidate's correctness run, compile included
+    timing_timeout_s: float = 300.0
+    trials: int = 21
+    baseline: str = "reference"  # "reference" (PyTorch) or "start" (the task's starting kernel)
+    mem_limit_gb: float = 16.0  # host memory per worker
+    recycle_every: int = 50
+    sandbox: bool = True
+    reference_cache_bytes: int = 4 << 30
+    suite_path: str | None = None
+    extra_flags: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Evaluator:
+    def __init__(self, config: EvalConfig = EvalConfig()):
+        self.config = config
+        want_gpu = config.device in ("auto", "cuda")
+        self.gpu = want_gpu and torch.cuda.is_available()
+        if config.device == "cuda" and not self.gpu:
+            raise RuntimeError("--device cuda was asked for but torch sees no GPU")
+        self.interpret = not self.gpu
+        self.sandbox = detect(disabled=not config.sandbox)
+        mem = int(config.mem_limit_gb * 2**30)
+        self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.recycle_every)
+        self.timer = WorkerPool(1, self.sandbox, False, mem, config.recycle_every) if self.gpu else None
+        self._refs: OrderedDict = OrderedDict()
+        self._ref_bytes = 0
+
+    def close(self):
+        self.pool.close()
+        if self.timer:
+            self.timer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -------------------------------------------------------------------------------------
+    def evaluate_many(self, items: list[tuple[Task, str]]) -> list[Verdict]:
+        with ThreadPoolExecutor(max(1, self.config.workers)) as ex:
+            return list(ex.map(lambda it: self.evaluate(*it), items))
+
+    def evaluate(self, task: Task, source: str | bytes) -> Verdict:
+        t0 = time.monotonic()
+        v = Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._baseline_name(task))
+        if not self.sandbox.isolated:
+            v.flags.append("no-sandbox")
+        gate = check_source(source, task.entry)
+        if not gate.ok:
+            v.reason = f"static gate: {gate.reason}"
+        else:
+            source = source.decode() if isinstance(source, bytes) else source
+            v.stage = "parse"
+            if self._correctness(task, source, v) and self.gpu:
+                self._timing(task, source, v)
+            elif v.passed:
+                v.timing = "not timed: no GPU here; correctness ran under the Triton interpreter on CPU"
+                v.flags.append("untimed-no-gpu")
+        if v.passed and not v.reason:
+            v.reason = (f"passed {len(v.cases)} correctness cases "
+                        f"({sum(c['split'] == 'heldout' for c in v.cases)} held-out)")
+            if v.timing.startswith("not timed"):
+                v.reason += "; " + v.timing
+        v.elapsed_s = round(time.monotonic() - t0, 3)
+        return v
+
+    def _baseline_name(self, task: Task) -> str:
+        return "starting kernel" if self.config.baseline == "start" else "PyTorch reference"
+
+    def _cases(self, task: Task) -> list[dict]:
+        shapes = task.shape_set(self.interpret)
+        cases = []
+        for split, offset, group in (("tuning", 0, shapes.tuning), ("heldout", 100, shapes.heldout)):
+            for shape in group:
+                for dt in task.dtypes:
+                    for seed in self.config.seeds:
+                        cases.append({"split": split, "shape": dict(shape), "dtype": dt, "seed": seed + offset})
+        return cases
+
+    def _task_spec(self, task: Task) -> dict:
+        return {"suite": task.suite, "name": task.name, "path": self.config.suite_path}
+
+    def _correctness(self, task: Task, source: str, v: Verdict) -> bool:
+        cases = self._cases(task)
+        try:
+            reply = self.pool.request({"op": "correctness", "source": source, "task": self._task_spec(task),
+                                       "cases": cases}, self.config.timeout_s)
+        except WorkerFailure as e:
+            v.reason = str(e)
+            v.flags.append("worker-replaced")
+            return False
+        v.device = self.pool.info().get("device", "")
+        results = reply.get("results", [])
+        for case, res in zip(cases, results):
+            problem = self._check_case(task, case, res.get("outputs"))
+            v.cases.append({**case, "ok": not problem, "error": problem})
+        if reply.get("error"):
+            failed = reply.get("case") or {}
+            v.cases.append({**failed, "ok": False, "error": reply["error"]})
+            v.reason = reply["error"] if not failed else f"{failed.get('split')} case {failed.get('shape')} " \
+                f"{failed.get('dtype')}: {reply['error']}"
+            if reply.get("fatal"):
+                v.flags.append("worker-replaced")
+        v.stage = reply.get("stage", "parse")
+        tuning = [c for c in v.cases if c.get("split") == "tuning"]
+        heldout = [c for c in v.cases if c.get("split") == "heldout"]
+        n_tuning = sum(c["split"] == "tuning" for c in cases)
+        v.correct = len(tuning) == n_tuning and all(c["ok"] for c in tuning)
+        v.heldout_correct = len(heldout) == len(cases) - n_tuning and all(c["ok"] for c in heldout)
+        if reply.get("error"):
+            return False
+        bad = next((c for c in v.cases if not c["ok"]), None)
+        if bad:
+            v.reason = f"wrong result on {bad['split']} shape {bad['shape']} {bad['dtype']} (seed {bad['seed']}): " \
+                       f"{bad['error']}"
+            return False
+        v.stage = "correct"
+        return True
+
+    def _check_case(self, task: Task, case: dict, outputs) -> str:
+        if outputs is None:
+            return "no outputs returned"
+        refs, expected = self._reference(task, case)
+        return compare_outputs(outputs, refs, task.tolerance, expected=expected)
+
+    def _reference(self, task: Task, case: dict):
+        """float64 reference and the dtypes/shapes outputs must have; cached by case."""
+        key = (task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], case["seed"])
+        if key in self._refs:
+            self._refs.move_to_end(key)
+            return self._refs[key]
+        dtype = getattr(torch, case["dtype"])
+        args = task.make_inputs(case["shape"], dtype, torch.Generator().manual_seed(case["seed"]))
+        expected = _expected_outputs(task, args)
+        up = [a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        with torch.no_grad():
+            refs = [r.detach() for r in as_list(task.reference(*up))]
+        self._refs[key] = (refs, expected)
+        self._ref_bytes += sum(r.numel() * r.element_size() for r in refs)
+        while self._ref_bytes > self.config.reference_cache_bytes and len(self._refs) > 1:
+            _, (old, _) = self._refs.popitem(last=False)
+            self._ref_bytes -= sum(r.numel() * r.element_size() for r in old)
+        return refs, expected
+
+    # -------------------------------------------------------------------------------------
+    def _timing(self, task: Task, source: str, v: Verdict):
+        shapes = task.shape_set(False).tuning
+        cases = [{"shape": dict(s), "dtype": dt, "seed": self.config.seeds[0] + 7} for s in shapes for dt in task.dtypes]
+        req = {"op": "timing", "source": source, "task": self._task_spec(task), "cases": cases,
+               "trials": self.config.trials}
+        if self.config.baseline == "start":
+            req["baseline_source"] = task.start_source
+        t0 = time.monotonic()
+        try:
+            reply = self.timer.request(req, self.config.timing_timeout_s)
+        except WorkerFailure as e:
+            v.reason = f"timing: {e}"
+            v.flags.append("worker-replaced")
+            return
+        if reply.get("error"):
+            v.reason = f"timing: {reply['error']}"
+            return
+        v.times = reply["rows"]
+        v.speedup, flags = speedup_from_rows(v.times, reply.get("peaks"))
+        v.flags += flags
+        methods = sorted({r["method"] for r in v.times})
+        v.timing = (f"median of {self.config.trials} interleaved trials per shape, L2 flushed, "
+                    f"{'/'.join(methods)}; {time.monotonic() - t0:.1f} s")
+        if any(max(r["candidate_spread"], r["baseline_spread"]) > 0.1 for r in v.times):
+            v.flags.append("noisy-timing")
+        v.stage = "timed"
+
+
+def _expected_outputs(task: Task, args) -> list[tuple[str, tuple]]:
+    """dtype and shape of each output for inputs in the task's dtype: meta tensors if possible."""
+    try:
+        meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+        outs = as_list(task.reference(*meta))
+    except Exception:  # noqa: BLE001 - some ops have no meta kernel: run it for real, once
+        outs = as_list(task.reference(*args))
+    return [(dtype_name(o), tuple(o.shape)) for o in outs]

@@ -1,0 +1,192 @@
+"""GPU timing inside a worker: candidate and baseline interleaved on the same inputs.
+
+Method (DESIGN.md §5): median of interleaved trials; each timed region runs the function over R
+distinct input sets, R chosen so the sets together exceed twice the L2 (graphs do not flush it);
+the region is a CUDA graph replay when both sides can be captured (a Python launch costs
+~60 us on the H100, more than many kernels), else an eager loop closed by a device-wide
+synchronize so work on any stream is counted. L2 is flushed before every region. Outputs of
+the captured regions are re-checked on freshly drawn inputs, so a cache cannot pass.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import torch
+
+from fitness.compare import compare_outputs
+from fitness.harness import CandidateError, poison, to_device
+
+# private references, taken at import (before any candidate is loaded) so patching the public
+# names cannot reach the timer
+_Event = torch.cuda.Event
+_sync = torch.cuda.synchronize
+_clock = time.perf_counter
+_Graph = torch.cuda.CUDAGraph
+_graph_ctx = torch.cuda.graph
+
+MAX_SETS = 64
+SET_BUDGET_BYTES = 2 << 30
+MIN_REGION_MS = 0.2
+
+
+class TimingError(Exception):
+    pass
+
+
+class Timer:
+    def __init__(self):
+        props = torch.cuda.get_device_properties(0)
+        self.l2_bytes = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
+        self.flush_buf = torch.empty(max(256 << 20, 4 * self.l2_bytes) // 4, dtype=torch.int32, device="cuda")
+        self._peaks = None
+
+    def flush(self):
+        self.flush_buf.zero_()
+
+    def peaks(self) -> dict:
+        """Measured ceilings: device-to-device copy bandwidth and bf16 matmul rate."""
+        if self._peaks is None:
+            n = 1 << 28  # 1 GiB of float32
+            src = torch.randn(n, device="cuda")
+            dst = torch.empty_like(src)
+            t_copy = self._median_ms(lambda: dst.copy_(src), 10)
+            a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+            t_mm = self._median_ms(lambda: a @ a, 10)
+            self._peaks = {"bandwidth_Bps": 2 * n * 4 / (t_copy * 1e-3),
+                           "flops": 2 * 8192 ** 3 / (t_mm * 1e-3), "l2_bytes": self.l2_bytes,
+                           "device": torch.cuda.get_device_name()}
+            del src, dst, a
+        return self._peaks
+
+    def _median_ms(self, fn, reps) -> float:
+        fn()
+        times = []
+        for _ in range(reps):
+            s, e = _Event(enable_timing=True), _Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            _sync()
+            times.append(s.elapsed_time(e))
+        return statistics.median(times)
+
+    # -------------------------------------------------------------------------------------
+    def time_task(self, task, fn, base_fn, module_name, hook, check_tamper, cases, trials) -> list:
+        rows = []
+        for case in cases:
+            rows.append(self.time_case(task, fn, base_fn, module_name, hook, check_tamper, case, trials))
+        return rows
+
+    def _inputs(self, task, case, seed):
+        dtype = getattr(torch, case["dtype"])
+        args = task.make_inputs(case["shape"], dtype, torch.Generator().manual_seed(seed))
+        return tuple(to_device(a, "cuda") for a in args)
+
+    def time_case(self, task, fn, base_fn, module_name, hook, check_tamper, case, trials) -> dict:
+        tol = task.tolerance
+        first = self._inputs(task, case, case["seed"])
+        in_bytes = sum(a.untyped_storage().nbytes() for a in first if isinstance(a, torch.Tensor))
+        # warm-up: the candidate first, so nothing of the baseline's is in the allocator yet
+        for _ in range(2):
+            out_c = fn(*first)
+        _sync()
+        out_b = base_fn(*first)
+        _sync()
+        check_tamper()
+        _compare(out_c, out_b, tol, "warm-up call")
+        t_one = max(self._median_ms(lambda: fn(*first), 3), self._median_ms(lambda: base_fn(*first), 3))
+        poison(out_c, out_b)
+
+        n_sets = max(math.ceil(2 * self.l2_bytes / max(in_bytes, 1)), math.ceil(MIN_REGION_MS / max(t_one, 1e-4)))
+        n_sets = int(max(1, min(n_sets, MAX_SETS, SET_BUDGET_BYTES // max(in_bytes, 1))))
+        sets = [first] + [self._inputs(task, case, case["seed"] + 1000 + i) for i in range(n_sets - 1)]
+
+        method = "cuda-graph"
+        try:
+            before = hook.launches(module_name)
+            run_c, outs_c = _capture(fn, sets)
+            if hook.launches(module_name) == before:
+                raise CandidateError("CUDA graph capture recorded no launch of the candidate's kernels")
+            run_b, outs_b = _capture(base_fn, sets)
+            # re-draw every input in place, replay, and check: a captured cache would fail here
+            for i, s in enumerate(sets):
+                fresh = self._inputs(task, case, case["seed"] + 5000 + i)
+                for dst, src in zip(s, fresh):
+                    if isinstance(dst, torch.Tensor):
+                        dst.copy_(src)
+            run_c()
+            _sync()
+            run_b()
+            _sync()
+            for oc, ob in zip(outs_c, outs_b):
+                _compare(oc, ob, tol, "timed (graph) call on re-drawn inputs")
+        except CandidateError:
+            raise
+        except Exception:  # noqa: BLE001 - not capturable: time eagerly, both sides alike
+            _sync()
+            method = "eager"
+            outs_c, outs_b = [], []
+            run_c, run_b = _eager(fn, sets, outs_c), _eager(base_fn, sets, outs_b)
+
+        times = {"c": [], "b": []}
+        events = []
+        wall0 = _clock()
+        for i in range(trials):
+            for side in (("c", "b") if i % 2 == 0 else ("b", "c")):
+                run = run_c if side == "c" else run_b
+                self.flush()
+                s, e = _Event(enable_timing=True), _Event(enable_timing=True)
+                s.record()
+                run()
+                if method == "eager":
+                    _sync()  # device-wide: work launched on any stream belongs to the region
+                e.record()
+                events.append((side, s, e))
+            _sync()
+        wall_ms = (_clock() - wall0) * 1e3
+        check_tamper()
+        for side, s, e in events:
+            times[side].append(s.elapsed_time(e))
+        total = sum(times["c"]) + sum(times["b"])
+        if total > wall_ms * 1.02 + 0.5:
+            raise CandidateError(f"timings add up to {total:.1f} ms inside {wall_ms:.1f} ms of wall time")
+        if method == "eager" and outs_c:
+            _compare(outs_c[-1], outs_b[-1], tol, "timed (eager) call")
+        med_c = statistics.median(times["c"]) / n_sets
+        med_b = statistics.median(times["b"]) / n_sets
+        poison(outs_c, outs_b, sets)
+        bytes_, flops = task.cost(case["shape"], case["dtype"])
+        return {"shape": case["shape"], "dtype": case["dtype"], "candidate_ms": med_c, "baseline_ms": med_b,
+                "candidate_spread": _spread(times["c"]), "baseline_spread": _spread(times["b"]),
+                "method": method, "input_sets": n_sets, "trials": trials, "bytes": bytes_, "flops": flops}
+
+
+def _eager(fn, sets, keep: list):
+    def run():
+        for s in sets:
+            keep[:] = [fn(*s)]  # hold only the last output, as a graph region would
+    return run
+
+
+def _capture(fn, sets):
+    # one eager pass on every set first, so autotuning and compilation happen outside capture
+    for s in sets:
+        fn(*s)
+    _sync()
+    g = _Graph()
+    with _graph_ctx(g):
+        outs = [fn(*s) for s in sets]
+    return g.replay, outs
+
+
+def _spread(times) -> float:
+    q = statistics.quantiles(times, n=4)
+    return (q[2] - q[0]) / statistics.median(times)
+
+
+def _compare(out_c, out_b, tol, where):
+    problem = compare_outputs(out_c, out_b, tol, slack=4.0)
+    if problem:
+        raise CandidateError(f"{where}: candidate and baseline disagree: {problem}")

@@ -1,0 +1,181 @@
+"""Guards the worker keeps around each candidate call (worker side only).
+
+- LaunchHook: wraps Triton's launch path, so we know which kernels ran and can require that the
+  candidate's own kernels did.
+- TorchWorkMeter: counts elements produced by torch compute ops outside Triton launches, so a
+  decoy kernel cannot leave the work to torch.
+- Snapshot: identities of the runtime's callables, so a candidate that patches a timer, a torch
+  function or our hooks is caught even if it slipped past the static gate.
+- poison: fills harness-owned buffers with NaN before they are freed, so `torch.empty` in a
+  candidate cannot inherit a correct result from an earlier call.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# aten ops that allocate, fill or re-view memory: free to use around a kernel launch
+_FREE_OPS = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "zero_", "fill_", "full", "full_like", "new_full", "ones", "ones_like", "new_ones",
+    "view", "_unsafe_view", "reshape", "as_strided", "expand", "squeeze", "unsqueeze", "t",
+    "transpose", "permute", "select", "slice", "alias", "detach", "split", "split_with_sizes",
+    "unbind", "narrow", "view_as", "arange", "lift_fresh", "_reshape_alias", "set_", "resize_",
+    "numel", "size", "stride", "is_contiguous", "sym_size", "sym_stride", "sym_numel",
+    "_local_scalar_dense", "record_stream", "unsqueeze_", "squeeze_", "t_", "transpose_",
+}
+
+
+class CandidateError(Exception):
+    """A check failed; the message is the verdict's reason."""
+
+
+def to_device(a, device):
+    """Move to the device keeping strides (and the gaps between them) exactly."""
+    if not isinstance(a, torch.Tensor) or device == "cpu":
+        return a
+    base = torch.empty(0, dtype=torch.uint8).set_(a.untyped_storage()).to(device)
+    flat = torch.empty(0, dtype=a.dtype, device=device).set_(base.untyped_storage())
+    return torch.as_strided(flat, a.shape, a.stride(), a.storage_offset())
+
+
+
+class LaunchHook:
+    """Counts launches of @triton.jit functions by the module that defined them."""
+
+    def __init__(self):
+        self.counts: dict[str, int] = {}
+        self.depth = 0  # >0 while inside Triton's launch machinery (autotune, interpreter copies)
+        self._patched = []
+
+    def install(self):
+        from triton.runtime import autotuner, interpreter, jit
+
+        for cls, counts in ((jit.JITFunction, True), (interpreter.InterpretedFunction, True),
+                            (autotuner.Autotuner, False), (autotuner.Heuristics, False)):
+            self._wrap(cls, counts)
+
+    def _wrap(self, cls, counts_launch: bool):
+        original = cls.run
+        hook = self
+
+        def run(fn_self, *args, **kwargs):
+            if counts_launch and not kwargs.get("warmup", False):
+                module = getattr(getattr(fn_self, "fn", None), "__module__", "?")
+                hook.counts[module] = hook.counts.get(module, 0) + 1
+            hook.depth += 1
+            try:
+                return original(fn_self, *args, **kwargs)
+            finally:
+                hook.depth -= 1
+
+        cls.run = run
+        self._patched.append((cls, run))
+
+    def intact(self) -> bool:
+        return all(cls.run is run for cls, run in self._patched)
+
+    def launches(self, module: str) -> int:
+        return self.counts.get(module, 0)
+
+
+class TorchWorkMeter(TorchDispatchMode):
+    """Elements produced by torch compute ops that ran outside Triton launches."""
+
+    def __init__(self, hook: LaunchHook):
+        super().__init__()
+        self.hook = hook
+        self.elements = 0
+        self.ops: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
+        if self.hook.depth == 0 and name not in _FREE_OPS:
+            n = sum(o.numel() for o in _flat(out) if isinstance(o, torch.Tensor))
+            if n:
+                self.elements += n
+                self.ops[name] = self.ops.get(name, 0) + n
+        return out
+
+
+def _flat(x):
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _flat(y)
+    else:
+        yield x
+
+
+class Snapshot:
+    """Identity of every callable attribute of the objects a candidate could patch to cheat."""
+
+    def __init__(self, hook: LaunchHook):
+        import triton.testing
+
+        self.hook = hook
+        self.targets = {
+            "torch": torch, "torch.Tensor": torch.Tensor, "torch.cuda": torch.cuda,
+            "torch.nn.functional": torch.nn.functional, "time": time, "threading": threading,
+            "triton.testing": triton.testing, "torch.testing": torch.testing,
+        }
+        if torch.cuda.is_available():
+            self.targets["torch.cuda.Event"] = torch.cuda.Event
+            self.targets["torch.cuda.CUDAGraph"] = torch.cuda.CUDAGraph
+        self.saved = {name: self._callables(obj) for name, obj in self.targets.items()}
+
+    @staticmethod
+    def _callables(obj) -> dict:
+        return {k: v for k, v in list(vars(obj).items()) if callable(v) and not isinstance(v, type(torch))}
+
+    def changed(self) -> str:
+        """Name of the first patched attribute, or ''."""
+        if not self.hook.intact():
+            return "triton launch path"
+        for name, obj in self.targets.items():
+            now = vars(obj)
+            for k, v in self.saved[name].items():
+                if now.get(k) is not v:
+                    return f"{name}.{k}"
+        return ""
+
+
+def python_threads() -> int:
+    return threading.active_count()
+
+
+def poison(*tensors) -> None:
+    """Overwrite harness-owned buffers before they are freed (NaN for floats, a max for ints)."""
+    for t in _flat(tensors):
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            continue
+        try:
+            if t.is_floating_point() or t.is_complex():
+                t.fill_(float("nan"))
+            elif t.dtype == torch.bool:
+                t.fill_(True)
+            else:
+                t.fill_(torch.iinfo(t.dtype).max)
+        except RuntimeError:
+            pass  # a read-only or expanded view: nothing a later allocation could inherit
+
+
+def storage_copy(t: torch.Tensor) -> torch.Tensor:
+    """Bytes of the tensor's whole storage, to detect writes anywhere in an input buffer."""
+    s = t.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(s).clone()
+
+
+def same_storage_bytes(t: torch.Tensor, saved: torch.Tensor) -> bool:
+    s = t.untyped_storage()
+    now = torch.empty(0, dtype=torch.uint8, device=t.device).set_(s)
+    return now.numel() == saved.numel() and torch.equal(now, saved)
+
+
+def aliases(out: torch.Tensor, inputs) -> bool:
+    ptr = out.untyped_storage().data_ptr()
+    return any(isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == ptr and ptr != 0
+               for a in inputs)

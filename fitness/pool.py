@@ -1,0 +1,191 @@
+"""Long-lived worker processes, watched and replaced when a candidate breaks one.
+
+Importing torch takes seconds, so workers serve many candidates. Each request runs under a
+watchdog that kills the worker's whole process group on a deadline or when its resident memory
+passes the limit; a worker that crashed, hung, faulted on the GPU or served `recycle_every`
+candidates is replaced before its next request.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from fitness import protocol
+from fitness.sandbox import Sandbox, worker_env
+
+ROOT = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT_S = 180.0
+LOG_TAIL = 3000
+
+
+class WorkerFailure(Exception):
+    """The worker died or was killed while serving a request; the message says why."""
+
+
+class WorkerProcess:
+    def __init__(self, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int):
+        self.sandbox = sandbox
+        self.interpret = interpret
+        self.mem_limit = mem_limit_bytes
+        self.proc = None
+        self.served = 0
+        self.info: dict = {}
+
+    def start(self):
+        to_child_r, self._to_child = os.pipe()
+        self._from_child, from_child_w = os.pipe()
+        self.log = tempfile.TemporaryFile()
+        argv = self.sandbox.wrap([sys.executable, "-m", "fitness.worker", str(to_child_r), str(from_child_w)])
+        self.proc = subprocess.Popen(argv, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
+                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                     env=worker_env(self.interpret, self.mem_limit), start_new_session=True)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.info = self._exchange(None, STARTUP_TIMEOUT_S, "starting")
+        self.served = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def request(self, msg: dict, timeout_s: float) -> dict:
+        if not self.alive:
+            self.start()
+        self.served += 1
+        return self._exchange(msg, timeout_s, msg.get("op", "request"))
+
+    def _exchange(self, msg, timeout_s, what) -> dict:
+        done = threading.Event()
+        why: list[str] = []
+        watchdog = threading.Thread(target=self._watch, args=(done, time.monotonic() + timeout_s, why, timeout_s),
+                                    daemon=True)
+        watchdog.start()
+        try:
+            if msg is not None:
+                protocol.send(self._to_child, msg)
+            reply = protocol.recv(self._from_child)
+        except (EOFError, OSError, protocol.ProtocolError, ValueError) as e:
+            done.set()
+            watchdog.join()
+            self.kill()
+            raise WorkerFailure(why[0] if why else self._death_note(what, e)) from None
+        done.set()
+        watchdog.join()
+        if not isinstance(reply, dict):
+            self.kill()
+            raise WorkerFailure("worker sent a malformed reply")
+        return reply
+
+    def _watch(self, done: threading.Event, deadline: float, why: list, timeout_s: float):
+        pid = None
+        while not done.wait(0.1):
+            if time.monotonic() > deadline:
+                why.append(f"timed out after {timeout_s:.0f} s (hang or infinite loop); worker killed")
+                self.kill()
+                return
+            pid = pid or self.info.get("pid")
+            rss = _rss_bytes(pid) if pid else 0
+            if self.mem_limit and rss > self.mem_limit:
+                why.append(f"used {rss / 2**30:.1f} GiB of host memory, over the "
+                           f"{self.mem_limit / 2**30:.1f} GiB limit; worker killed")
+                self.kill()
+                return
+
+    def _death_note(self, what: str, err: Exception) -> str:
+        code = self.proc.wait(timeout=10) if self.proc else None
+        if code is not None and code < 0:
+            cause = f"killed by signal {signal.Signals(-code).name}"
+        else:
+            cause = f"exited with code {code}" if code is not None else f"channel error: {err}"
+        return f"worker crashed while {what} ({cause}); last output:\n{self.log_tail()}"
+
+    def log_tail(self) -> str:
+        try:
+            self.log.seek(0, os.SEEK_END)
+            size = self.log.tell()
+            self.log.seek(max(0, size - LOG_TAIL))
+            return self.log.read().decode(errors="replace").strip()
+        except (OSError, ValueError):
+            return ""
+
+    def kill(self):
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        pid = self.info.get("pid")
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for fd in (self._to_child, self._from_child):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.proc = None
+
+    def close(self):
+        self.kill()
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class WorkerPool:
+    """`size` interchangeable workers; callers block until one is free."""
+
+    def __init__(self, size: int, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int, recycle_every: int):
+        self.recycle_every = recycle_every
+        self.workers = [WorkerProcess(sandbox, interpret, mem_limit_bytes) for _ in range(size)]
+        self.idle: queue.Queue = queue.Queue()
+        for w in self.workers:
+            self.idle.put(w)
+        self.restarts = 0
+
+    def request(self, msg: dict, timeout_s: float) -> dict:
+        """Reply of a worker, or raises WorkerFailure (that worker is then replaced)."""
+        worker = self.idle.get()
+        try:
+            if worker.alive and worker.served >= self.recycle_every:
+                worker.kill()
+            if not worker.alive and worker.proc is None and worker.info:
+                self.restarts += 1
+            reply = worker.request(msg, timeout_s)
+            if reply.get("fatal"):
+                worker.kill()  # a CUDA fault poisons the context: never reuse this process
+            return reply
+        finally:
+            self.idle.put(worker)
+
+    def info(self) -> dict:
+        for w in self.workers:
+            if w.info:
+                return w.info
+        return {}
+
+    def close(self):
+        for w in self.workers:
+            w.close()

@@ -1,0 +1,69 @@
+"""How worker processes are confined: bubblewrap where it works, and a plain process otherwise.
+
+The sandbox gives the worker a read-only view of the filesystem, a private /tmp, no network and
+no IPC namespace; it dies with the engine. Only the Triton cache is writable, so compiled
+kernels are shared between workers and runs.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    root = Path(os.environ.get("TRITON_EVOLVE_CACHE", Path.home() / ".cache" / "triton-evolve"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    prefix: tuple[str, ...]
+    description: str  # goes into every verdict
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return [*self.prefix, *argv]
+
+    @property
+    def isolated(self) -> bool:
+        return bool(self.prefix)
+
+
+@functools.lru_cache(maxsize=None)
+def detect(disabled: bool = False) -> Sandbox:
+    if disabled:
+        return Sandbox((), "none (disabled by --no-sandbox)")
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        return Sandbox((), "none (bubblewrap is not installed: apt-get install bubblewrap)")
+    triton_cache = cache_dir() / "triton"
+    triton_cache.mkdir(parents=True, exist_ok=True)
+    prefix = (bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+              "--tmpfs", "/tmp", "--bind", str(triton_cache), str(triton_cache),
+              "--unshare-net", "--unshare-ipc", "--die-with-parent")
+    try:
+        probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Sandbox((), f"none (bubblewrap failed to start: {e})")
+    if probe.returncode != 0:
+        err = (probe.stderr.strip().splitlines() or ["exit code %d" % probe.returncode])[-1]
+        return Sandbox((), f"none (bubblewrap is installed but cannot run here: {err})")
+    return Sandbox(prefix, "bubblewrap (read-only filesystem, private /tmp, no network)")
+
+
+def worker_env(interpret: bool, mem_limit_bytes: int) -> dict:
+    env = dict(os.environ)
+    env["TRITON_CACHE_DIR"] = str(cache_dir() / "triton")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["TE_MEM_LIMIT_BYTES"] = str(mem_limit_bytes)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env

@@ -1,0 +1,57 @@
+"""What the evaluator says about one candidate."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+# the cascade, in order; `stage` is the last one a candidate reached ("none": it failed the gate)
+STAGES = ("none", "parse", "compile", "call", "correct", "timed")
+SUSPICIOUS_SPEEDUP = 10.0
+
+
+@dataclass
+class Verdict:
+    task: str
+    stage: str = "none"
+    correct: bool = False  # every tuning case matched the reference
+    heldout_correct: bool = False  # every held-out case matched too
+    speedup: float | None = None  # geometric mean over timed shapes; None when not timed
+    reason: str = ""
+    flags: list[str] = field(default_factory=list)
+    times: list[dict] = field(default_factory=list)  # per timed shape: candidate/baseline/floor ms
+    cases: list[dict] = field(default_factory=list)  # per correctness case: split, shape, dtype, ok
+    device: str = ""
+    sandbox: str = ""
+    timing: str = ""  # how (or why not) it was timed
+    baseline: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        """Correct on tuning and held-out shapes: the bar for fitness and for export."""
+        return self.correct and self.heldout_correct and STAGES.index(self.stage) >= STAGES.index("correct")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["passed"] = self.passed
+        return d
+
+
+def speedup_from_rows(rows: list[dict], peaks: dict | None) -> tuple[float, list[str]]:
+    """Geometric mean of per-shape speedups, each time floored at the roofline time."""
+    flags = []
+    logs = []
+    for r in rows:
+        floor_ms = 0.0
+        if peaks:
+            floor_ms = 1e3 * max(r["bytes"] / peaks["bandwidth_Bps"], r["flops"] / peaks["flops"])
+        r["floor_ms"] = floor_ms
+        c, b = max(r["candidate_ms"], floor_ms), max(r["baseline_ms"], floor_ms)
+        if r["candidate_ms"] < 0.5 * floor_ms:
+            flags.append("faster-than-roofline")
+        r["speedup"] = b / c if c > 0 else float("inf")
+        logs.append(math.log(r["speedup"]))
+    speedup = math.exp(sum(logs) / len(logs)) if logs else float("nan")
+    if speedup > SUSPICIOUS_SPEEDUP:
+        flags.append(f"speedup-over-{SUSPICIOUS_SPEEDUP:g}x-review")
+    return speedup, sorted(set(flags))

@@ -1,0 +1,227 @@
+"""A worker process: loads candidate modules and runs them on the task's inputs.
+
+Started by fitness.pool as `python -m fitness.worker IN_FD OUT_FD`, possibly inside bubblewrap.
+It answers requests until its input closes. Everything here treats the candidate as hostile:
+outputs go back to the engine, which holds the references and decides; the worker only adds
+the checks that need to be made next to the call (launches, torch work, aliasing, mutation,
+threads, tampering).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import resource
+import sys
+import tempfile
+import traceback
+
+import torch
+
+from fitness import protocol
+from fitness.harness import (CandidateError, LaunchHook, Snapshot, TorchWorkMeter, aliases, poison,
+                             python_threads, same_storage_bytes, storage_copy, to_device)
+
+# torch compute elements a candidate may produce outside its kernels, as a share of its outputs
+TORCH_WORK_SHARE = 0.01
+TRACE_CHARS = 4000
+
+
+def _trim_trace(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    return text if len(text) <= TRACE_CHARS else "...\n" + text[-TRACE_CHARS:]
+
+
+class Worker:
+    def __init__(self):
+        self.interpret = os.environ.get("TRITON_INTERPRET") == "1"
+        self.device = "cuda" if torch.cuda.is_available() and not self.interpret else "cpu"
+        self.tmp = tempfile.mkdtemp(prefix="te-cand-")
+        self.modules: dict[str, object] = {}
+        self.tasks: dict[tuple, object] = {}
+        self._warm_up()
+        self.hook = LaunchHook()
+        self.hook.install()
+        self.snapshot = Snapshot(self.hook)
+        self.timer = None
+
+    def _warm_up(self):
+        # create the lazily started pools and contexts now, so they don't look like the
+        # candidate's threads or allocations later
+        import torch._dynamo  # noqa: F401 - on import it re-wraps torch functions (manual_seed, ...)
+
+        x = torch.randn(64, 64, device=self.device)
+        (x @ x).sum().item()
+        if self.device == "cuda":
+            frac = float(os.environ.get("TE_GPU_MEM_FRACTION", "0.8"))
+            torch.cuda.set_per_process_memory_fraction(frac)
+        limit = int(os.environ.get("TE_MEM_LIMIT_BYTES", "0"))
+        if limit and self.device == "cpu":
+            # address-space cap: breaks CUDA, so only on CPU workers; the engine watches RSS too
+            _, hard = resource.getrlimit(resource.RLIMIT_AS)
+            resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + limit, hard))
+
+    # -- loading -------------------------------------------------------------------------
+    def task(self, spec: dict):
+        key = (spec["suite"], spec["name"], spec.get("path"))
+        if key not in self.tasks:
+            from suites.registry import load_task
+
+            self.tasks[key] = load_task(spec["suite"], spec["name"], spec.get("path"))
+        return self.tasks[key]
+
+    def load(self, source: str):
+        key = hashlib.sha256(source.encode()).hexdigest()[:16]
+        if key not in self.modules:
+            name = f"candidate_{key}"
+            path = os.path.join(self.tmp, name + ".py")
+            with open(path, "w") as f:
+                f.write(source)
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            self.modules[key] = module
+        return self.modules[key]
+
+    def _check_tamper(self):
+        what = self.snapshot.changed()
+        if what:
+            raise CandidateError(f"candidate modified the runtime: {what} was replaced")
+
+    # -- correctness ----------------------------------------------------------------------
+    def correctness(self, req: dict) -> dict:
+        task = self.task(req["task"])
+        try:
+            module = self.load(req["source"])
+            self._check_tamper()
+        except CandidateError as e:
+            return {"stage": "parse", "error": str(e)}
+        except BaseException as e:  # noqa: BLE001 - any failure to import is the candidate's
+            return {"stage": "parse", "error": "import failed:\n" + _trim_trace(e)}
+        fn = getattr(module, task.entry, None)
+        if not callable(fn):
+            return {"stage": "parse", "error": f"module defines no callable {task.entry!r}"}
+        results = []
+        for case in req["cases"]:
+            try:
+                results.append({"outputs": self.run_case(task, module, fn, case)})
+            except CandidateError as e:
+                return {"stage": "compile", "error": str(e), "results": results, "case": case}
+            except BaseException as e:  # noqa: BLE001
+                stage = "parse" if _is_compile_error(e) and not results else "compile"
+                return {"stage": stage, "error": _trim_trace(e), "results": results, "case": case,
+                        "fatal": _is_cuda_fault(e)}
+        return {"stage": "call", "results": results}
+
+    def run_case(self, task, module, fn, case) -> list:
+        dtype = getattr(torch, case["dtype"])
+        args = task.make_inputs(case["shape"], dtype, torch.Generator().manual_seed(case["seed"]))
+        args = tuple(to_device(a, self.device) for a in args)
+        saved = [storage_copy(a) if isinstance(a, torch.Tensor) else None for a in args]
+        threads = python_threads()
+        before = self.hook.launches(module.__name__)
+        meter = TorchWorkMeter(self.hook)
+        with meter:
+            out = fn(*args)
+        if self.device == "cuda":
+            torch.cuda.synchronize()  # the device, all streams: work elsewhere still counts as done
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        try:
+            self._check_call(module, args, saved, outs, threads, before, meter)
+            return [o.to("cpu", copy=True) for o in outs]  # a copy: the originals get poisoned
+        finally:
+            poison(outs, args, saved)
+
+    def _check_call(self, module, args, saved, outs, threads, launches_before, meter):
+        self._check_tamper()
+        for i, o in enumerate(outs):
+            if type(o) is not torch.Tensor:
+                raise CandidateError(f"output {i} is a {type(o).__module__}.{type(o).__name__}, "
+                                     "not a plain torch.Tensor")
+            if aliases(o, args):
+                raise CandidateError(f"output {i} shares memory with an input")
+        if python_threads() != threads:
+            raise CandidateError("candidate started a thread during the call")
+        for a, s in zip(args, saved):
+            if s is not None and not same_storage_bytes(a, s):
+                raise CandidateError("candidate modified an input tensor")
+        if self.hook.launches(module.__name__) == launches_before:
+            raise CandidateError("none of the candidate's own @triton.jit kernels was launched")
+        produced = sum(o.numel() for o in outs)
+        if meter.elements > max(1024, TORCH_WORK_SHARE * produced):
+            ops = ", ".join(f"{k} ({v} elements)" for k, v in sorted(meter.ops.items(), key=lambda kv: -kv[1]))
+            raise CandidateError(f"torch did work outside Triton kernels: {ops}")
+
+    # -- timing --------------------------------------------------------------------------
+    def timing(self, req: dict) -> dict:
+        from fitness.gpu_timing import Timer
+
+        if self.device != "cuda":
+            return {"error": "timing needs a GPU"}
+        task = self.task(req["task"])
+        module = self.load(req["source"])
+        fn = getattr(module, task.entry)
+        base = self.load(req["baseline_source"]) if req.get("baseline_source") else None
+        base_fn = getattr(base, task.entry) if base else task.reference
+        if self.timer is None:
+            self.timer = Timer()
+        try:
+            rows = self.timer.time_task(task, fn, base_fn, module.__name__, self.hook, self._check_tamper,
+                                        req["cases"], req.get("trials", 21))
+        except CandidateError as e:
+            return {"error": str(e)}
+        except BaseException as e:  # noqa: BLE001
+            return {"error": _trim_trace(e), "fatal": _is_cuda_fault(e)}
+        return {"rows": rows, "peaks": self.timer.peaks()}
+
+    def serve(self, fd_in: int, fd_out: int):
+        protocol.send(fd_out, {"op": "ready", "pid": os.getpid(), "device": self.device_name(),
+                               "interpret": self.interpret})
+        while True:
+            try:
+                req = protocol.recv(fd_in)
+            except EOFError:
+                return
+            op = req.get("op")
+            if op == "correctness":
+                reply = self.correctness(req)
+            elif op == "timing":
+                reply = self.timing(req)
+            else:
+                reply = {"error": f"unknown op {op!r}"}
+            protocol.send(fd_out, reply)
+
+    def device_name(self) -> str:
+        if self.device == "cuda":
+            return torch.cuda.get_device_name()
+        return "cpu (Triton interpreter)" if self.interpret else "cpu"
+
+
+def _is_compile_error(e: BaseException) -> bool:
+    return type(e).__module__.startswith("triton.compiler") or "CompilationError" in type(e).__name__
+
+
+def _is_cuda_fault(e: BaseException) -> bool:
+    text = str(e)
+    return any(s in text for s in ("illegal memory access", "CUDA error", "misaligned address",
+                                   "unspecified launch failure", "device-side assert"))
+
+
+def _vm_size() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def main():
+    fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
+    # the candidate's prints must not reach the channel; fd 1 goes where stderr goes
+    os.dup2(2, 1)
+    Worker().serve(fd_in, fd_out)
+
+
+if __name__ == "__main__":
+    main()
