@@ -47,7 +47,8 @@ def _mismatch(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> str
         return ""
     same_inf = torch.isinf(o) & torch.isinf(r) & (torch.sign(o) == torch.sign(r))
     err = (o - r).abs()
-    bad = ~((err <= atol + rtol * r.abs()) | same_inf)
+    # an infinite reference must be matched exactly: rtol * inf would accept anything
+    bad = ~(((err <= atol + rtol * r.abs()) & torch.isfinite(r)) | same_inf)
     bad |= torch.isnan(o)
     n_bad = int(bad.sum())
     if not n_bad:

@@ -74,8 +74,9 @@ class WorkerProcess:
         except (EOFError, OSError, protocol.ProtocolError, ValueError) as e:
             done.set()
             watchdog.join()
+            note = why[0] if why else self._death_note(what, e)
             self.kill()
-            raise WorkerFailure(why[0] if why else self._death_note(what, e)) from None
+            raise WorkerFailure(note) from None
         done.set()
         watchdog.join()
         if not isinstance(reply, dict):
@@ -99,7 +100,12 @@ class WorkerProcess:
                 return
 
     def _death_note(self, what: str, err: Exception) -> str:
-        code = self.proc.wait(timeout=10) if self.proc else None
+        try:
+            code = self.proc.wait(timeout=10) if self.proc else None
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None and code > 128 and self.sandbox.isolated:
+            code = 128 - code  # bubblewrap reports a child killed by signal N as 128 + N
         if code is not None and code < 0:
             cause = f"killed by signal {signal.Signals(-code).name}"
         else:

@@ -1,0 +1,78 @@
+"""The command line as a user runs it: JSON verdicts, tables, and one-line errors on bad input."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+START = ROOT / "suites" / "builtin" / "start"
+
+
+def run(*args, timeout=300):
+    return subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_check_prints_a_json_verdict():
+    p = run("check", "--suite", "builtin", "--task", "softmax", str(START / "softmax.py"))
+    assert p.returncode == 0, p.stderr
+    v = json.loads(p.stdout)
+    for key in ("stage", "correct", "heldout_correct", "speedup", "reason", "flags", "times"):
+        assert key in v
+    assert v["correct"] and v["heldout_correct"]
+    if v["device"].startswith("cpu"):
+        assert v["stage"] == "correct" and v["speedup"] is None and "not timed" in v["reason"]
+
+
+def test_check_of_a_failing_candidate_still_exits_zero(tmp_path):
+    k = tmp_path / "k.py"
+    k.write_text("this is not python (\n")
+    p = run("check", "--task", "softmax", str(k))
+    assert p.returncode == 0
+    v = json.loads(p.stdout)
+    assert v["stage"] == "none" and "not valid Python" in v["reason"]
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"", "empty"),
+    (b"\x7fELF\x00\x00binary", "binary"),
+    (b"import torch\n", "entry point"),
+])
+def test_bad_candidate_files_get_a_failed_verdict(tmp_path, content, words):
+    k = tmp_path / "k.py"
+    k.write_bytes(content)
+    p = run("check", "--task", "softmax", str(k))
+    assert p.returncode == 0
+    assert words in json.loads(p.stdout)["reason"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["check", "--suite", "nosuch", "--task", "softmax", "x.py"], "unknown suite"),
+    (["check", "--task", "nosuch", str(START / "softmax.py")], "unknown task"),
+    (["check", "--task", "softmax", "/no/such/file.py"], "cannot read kernel file"),
+    (["validate", "--tasks", "softmax,nosuch"], "unknown task"),
+    (["check", "--task", "softmax", "--seeds", "a,b", str(START / "softmax.py")], "--seeds"),
+])
+def test_bad_input_is_one_line_and_nonzero(args, words):
+    p = run(*args)
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and words in p.stderr and "Traceback" not in p.stderr
+
+
+def test_oversized_file_is_refused(tmp_path):
+    k = tmp_path / "big.py"
+    k.write_bytes(b"#" * (1 << 20 + 1))
+    p = run("check", "--task", "softmax", str(k))
+    assert p.returncode == 2 and "over" in p.stderr
+
+
+def test_list_and_list_json():
+    p = run("list", "--suite", "builtin")
+    assert p.returncode == 0 and "softmax" in p.stdout
+    tasks = json.loads(run("list", "--suite", "builtin", "--json").stdout)
+    assert len(tasks) >= 14
+    for t in tasks:
+        assert {"name", "category", "entry", "start_source"} <= set(t)
+        assert f"def {t['entry']}" in t["start_source"]

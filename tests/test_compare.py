@@ -1,0 +1,51 @@
+import torch
+
+from fitness.compare import compare_outputs
+
+TOL = {"float32": (1e-6, 1e-5), "float16": (1e-3, 1e-3), "int8": (1, 0)}
+
+
+def test_exact_match_passes():
+    x = torch.randn(10, 10)
+    assert compare_outputs(x, x.double(), TOL, expected=[("float32", (10, 10))]) == ""
+
+
+def test_every_element_is_checked():
+    ref = torch.randn(1000).double()
+    out = ref.float().clone()
+    out[777] += 1.0
+    msg = compare_outputs(out, ref, TOL, expected=[("float32", (1000,))])
+    assert "1 of 1000" in msg and "(777,)" in msg
+
+
+def test_nan_never_passes_even_against_nan():
+    ref = torch.tensor([1.0, float("nan")], dtype=torch.float64)
+    out = torch.tensor([1.0, float("nan")])
+    assert "outside tolerance" in compare_outputs(out, ref, TOL, expected=[("float32", (2,))])
+
+
+def test_matching_infinities_pass():
+    ref = torch.tensor([float("inf"), -float("inf")], dtype=torch.float64)
+    assert compare_outputs(ref.float(), ref, TOL, expected=[("float32", (2,))]) == ""
+    assert compare_outputs(-ref.float(), ref, TOL, expected=[("float32", (2,))]) != ""
+
+
+def test_dtype_shape_and_count_are_enforced():
+    ref = torch.randn(4, 4).double()
+    assert "dtype float16" in compare_outputs(ref.half(), ref, TOL, expected=[("float32", (4, 4))])
+    assert "shape" in compare_outputs(ref.float().t().reshape(2, 8), ref, TOL, expected=[("float32", (4, 4))])
+    assert "2 output" in compare_outputs((ref.float(), ref.float()), ref, TOL, expected=[("float32", (4, 4))])
+
+
+def test_lower_precision_fails_float32_tolerance():
+    ref = torch.softmax(torch.randn(64, 256).double() * 3, -1)
+    low = ref.half().float()
+    assert "outside tolerance" in compare_outputs(low, ref, TOL, expected=[("float32", (64, 256))])
+
+
+def test_tuple_outputs_and_int_tolerance():
+    q = torch.tensor([1, 2, 3], dtype=torch.int8)
+    ref_q = torch.tensor([1, 3, 3], dtype=torch.int8)
+    assert compare_outputs((q,), (ref_q,), TOL, expected=[("int8", (3,))]) == ""
+    ref_far = torch.tensor([1, 9, 3], dtype=torch.int8)
+    assert "outside tolerance" in compare_outputs((q,), (ref_far,), TOL, expected=[("int8", (3,))])

@@ -1,0 +1,65 @@
+"""Worker processes: crashes, hangs and memory hogs fail one request, and the pool goes on.
+
+These send sources straight to workers, past the static gate, to exercise the process-level
+defenses on their own."""
+import pytest
+
+from fitness.pool import WorkerFailure, WorkerPool
+from fitness.sandbox import detect
+
+TASK = {"suite": "builtin", "name": "softmax", "path": None}
+CASE = {"split": "tuning", "shape": {"M": 4, "N": 8}, "dtype": "float32", "seed": 0}
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = WorkerPool(1, detect(), interpret=True, mem_limit_bytes=4 << 30, recycle_every=3)
+    yield p
+    p.close()
+
+
+def ask(pool, source, timeout=20):
+    return pool.request({"op": "correctness", "source": source, "task": TASK, "cases": [CASE]}, timeout)
+
+
+def good(pool):
+    from suites.builtin.common import start_source
+
+    reply = ask(pool, start_source("softmax"))
+    assert reply["stage"] == "call" and len(reply["results"]) == 1, reply
+
+
+def test_abort_is_reported_and_worker_replaced(pool):
+    with pytest.raises(WorkerFailure, match="SIGABRT"):
+        ask(pool, "import os\nos.abort()\n")
+    good(pool)
+
+
+def test_hang_is_killed_on_deadline(pool):
+    with pytest.raises(WorkerFailure, match="timed out"):
+        ask(pool, "while True:\n    pass\n", timeout=3)
+    good(pool)
+
+
+def test_rss_watchdog_kills_a_memory_hog():
+    p = WorkerPool(1, detect(), interpret=True, mem_limit_bytes=3 << 30, recycle_every=10)
+    try:
+        # a list of small chunks dodges one big failing malloc, so only the watchdog can stop it
+        hog = "import torch\nchunks = [torch.ones(1 << 24) for _ in range(2000)]\n"
+        with pytest.raises(WorkerFailure, match="host memory"):
+            ask(p, hog, timeout=60)
+    finally:
+        p.close()
+
+
+def test_worker_recycled_after_n_requests(pool):
+    pids = set()
+    for _ in range(7):
+        good(pool)
+        pids.add(pool.workers[0].info["pid"])
+    assert len(pids) >= 2
+
+
+def test_import_error_is_a_failed_stage_not_a_crash(pool):
+    reply = ask(pool, "raise ValueError('nope')\n")
+    assert reply["stage"] == "parse" and "nope" in reply["error"]

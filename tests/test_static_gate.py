@@ -1,0 +1,60 @@
+import pytest
+
+from fitness.static_gate import MAX_SOURCE_BYTES, check_source
+
+GOOD = '''
+import torch
+import triton
+import triton.language as tl
+
+@triton.jit
+def _k(x_ptr, BLOCK: tl.constexpr):
+    pass
+
+def entry(x):
+    _k[(1,)](x, BLOCK=16)
+    return x
+'''
+
+
+def test_good_source_passes():
+    assert check_source(GOOD, "entry").ok
+
+
+@pytest.mark.parametrize("bad, words", [
+    (b"\x00\x01binary", "binary"),
+    (b"\xff\xfe not utf8", "UTF-8"),
+    ("", "empty"),
+    ("def f(:\n", "not valid Python"),
+    (GOOD.replace("def entry", "def other"), "no top-level function named 'entry'"),
+    (GOOD.replace("@triton.jit", ""), "no @triton.jit"),
+    (GOOD + "\nimport subprocess\n", "import of 'subprocess'"),
+    (GOOD + "\nimport ctypes\n", "import of 'ctypes'"),
+    (GOOD + "\nfrom multiprocessing import Pool\n", "multiprocessing"),
+    (GOOD + "\nimport socket\n", "socket"),
+    (GOOD + "\nimport importlib\n", "importlib"),
+    (GOOD + "\nimport gc\n", "gc"),
+    (GOOD + "\nimport inspect\n", "inspect"),
+    (GOOD + "\nexec('1')\n", "exec"),
+    (GOOD + "\neval('1')\n", "eval"),
+    (GOOD + "\n__import__('os')\n", "__import__"),
+    (GOOD + "\ns = torch.cuda.Stream()\n", ".Stream"),
+    (GOOD + "\ntorch.cuda.synchronize = None\n", "assigning to a library attribute"),
+    (GOOD + "\nf = x.__class__\n", ".__class__"),
+    (GOOD + "\nc = torch._C\n", "private attribute"),
+    (GOOD + "\nimport sys\n", "sys"),
+    (GOOD + "\nfrom . import x\n", "import from"),
+    (GOOD + "\nfrom torch import *\n", "import of"),
+    (GOOD + "\ng = getattr(torch, 'cuda')\n", "getattr"),
+    (GOOD + "\ndef h():\n    global X\n", "global"),
+])
+def test_bad_source_rejected(bad, words):
+    result = check_source(bad, "entry")
+    assert not result.ok
+    assert words in result.reason
+
+
+def test_oversized_source_rejected():
+    big = GOOD + "#" * MAX_SOURCE_BYTES
+    assert "limit" in check_source(big, "entry").reason
+    assert "limit" in check_source(big.encode(), "entry").reason
