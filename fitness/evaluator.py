@@ -8,14 +8,14 @@ then floors at the roofline and aggregates.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
 
-from fitness.compare import as_list, compare_outputs, dtype_name
+from fitness.compare import compare_outputs
 from fitness.pool import WorkerFailure, WorkerPool
+from fitness.reference import ReferenceCache
 from fitness.sandbox import detect
 from fitness.static_gate import check_source
 from fitness.verdict import Verdict, speedup_from_rows
@@ -36,23 +36,25 @@ class EvalConfig:
     sandbox: bool = True
     reference_cache_bytes: int = 4 << 30
     suite_path: str | None = None
+    triton_cache: str | None = None  # compiled-kernel cache folder (default: the user cache)
     extra_flags: tuple[str, ...] = field(default_factory=tuple)
 
 
 class Evaluator:
-    def __init__(self, config: EvalConfig = EvalConfig()):
+    def __init__(self, config: EvalConfig = EvalConfig(), references: ReferenceCache | None = None):
         self.config = config
         want_gpu = config.device in ("auto", "cuda")
         self.gpu = want_gpu and torch.cuda.is_available()
         if config.device == "cuda" and not self.gpu:
             raise RuntimeError("--device cuda was asked for but torch sees no GPU")
         self.interpret = not self.gpu
-        self.sandbox = detect(disabled=not config.sandbox)
+        self.sandbox = detect(not config.sandbox, config.triton_cache)
         mem = int(config.mem_limit_gb * 2**30)
-        self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.recycle_every)
-        self.timer = WorkerPool(1, self.sandbox, False, mem, config.recycle_every) if self.gpu else None
-        self._refs: OrderedDict = OrderedDict()
-        self._ref_bytes = 0
+        self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.recycle_every,
+                               config.triton_cache)
+        self.timer = WorkerPool(1, self.sandbox, False, mem, config.recycle_every,
+                                config.triton_cache) if self.gpu else None
+        self.references = references or ReferenceCache(config.reference_cache_bytes)
 
     def close(self):
         self.pool.close()
@@ -150,32 +152,14 @@ class Evaluator:
     def _check_case(self, task: Task, case: dict, outputs) -> str:
         if outputs is None:
             return "no outputs returned"
-        refs, expected = self._reference(task, case)
+        refs, expected = self.references.get(task, case)
         return compare_outputs(outputs, refs, task.tolerance, expected=expected)
-
-    def _reference(self, task: Task, case: dict):
-        """float64 reference and the dtypes/shapes outputs must have; cached by case."""
-        key = (task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], case["seed"])
-        if key in self._refs:
-            self._refs.move_to_end(key)
-            return self._refs[key]
-        dtype = getattr(torch, case["dtype"])
-        args = task.make_inputs(case["shape"], dtype, torch.Generator().manual_seed(case["seed"]))
-        expected = _expected_outputs(task, args)
-        up = [a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
-        with torch.no_grad():
-            refs = [r.detach() for r in as_list(task.reference(*up))]
-        self._refs[key] = (refs, expected)
-        self._ref_bytes += sum(r.numel() * r.element_size() for r in refs)
-        while self._ref_bytes > self.config.reference_cache_bytes and len(self._refs) > 1:
-            _, (old, _) = self._refs.popitem(last=False)
-            self._ref_bytes -= sum(r.numel() * r.element_size() for r in old)
-        return refs, expected
 
     # -------------------------------------------------------------------------------------
     def _timing(self, task: Task, source: str, v: Verdict):
         shapes = task.shape_set(False).tuning
-        cases = [{"shape": dict(s), "dtype": dt, "seed": self.config.seeds[0] + 7} for s in shapes for dt in task.dtypes]
+        seed = self.config.seeds[0] + 7
+        cases = [{"shape": dict(s), "dtype": dt, "seed": seed} for s in shapes for dt in task.dtypes]
         req = {"op": "timing", "source": source, "task": self._task_spec(task), "cases": cases,
                "trials": self.config.trials}
         if self.config.baseline == "start":
@@ -199,13 +183,3 @@ class Evaluator:
         if any(max(r["candidate_spread"], r["baseline_spread"]) > 0.1 for r in v.times):
             v.flags.append("noisy-timing")
         v.stage = "timed"
-
-
-def _expected_outputs(task: Task, args) -> list[tuple[str, tuple]]:
-    """dtype and shape of each output for inputs in the task's dtype: meta tensors if possible."""
-    try:
-        meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
-        outs = as_list(task.reference(*meta))
-    except Exception:  # noqa: BLE001 - some ops have no meta kernel: run it for real, once
-        outs = as_list(task.reference(*args))
-    return [(dtype_name(o), tuple(o.shape)) for o in outs]

@@ -30,8 +30,9 @@ class WorkerFailure(Exception):
 
 
 class WorkerProcess:
-    def __init__(self, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int):
+    def __init__(self, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int, triton_cache: str | None = None):
         self.sandbox = sandbox
+        self.triton_cache = triton_cache
         self.interpret = interpret
         self.mem_limit = mem_limit_bytes
         self.proc = None
@@ -43,9 +44,10 @@ class WorkerProcess:
         self._from_child, from_child_w = os.pipe()
         self.log = tempfile.TemporaryFile()
         argv = self.sandbox.wrap([sys.executable, "-m", "fitness.worker", str(to_child_r), str(from_child_w)])
+        env = worker_env(self.interpret, self.mem_limit, self.triton_cache)
         self.proc = subprocess.Popen(argv, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
-                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     env=worker_env(self.interpret, self.mem_limit), start_new_session=True)
+                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
+                                     start_new_session=True)
         os.close(to_child_r)
         os.close(from_child_w)
         self.info = self._exchange(None, STARTUP_TIMEOUT_S, "starting")
@@ -163,9 +165,10 @@ def _rss_bytes(pid: int) -> int:
 class WorkerPool:
     """`size` interchangeable workers; callers block until one is free."""
 
-    def __init__(self, size: int, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int, recycle_every: int):
+    def __init__(self, size: int, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int, recycle_every: int,
+                 triton_cache: str | None = None):
         self.recycle_every = recycle_every
-        self.workers = [WorkerProcess(sandbox, interpret, mem_limit_bytes) for _ in range(size)]
+        self.workers = [WorkerProcess(sandbox, interpret, mem_limit_bytes, triton_cache) for _ in range(size)]
         self.idle: queue.Queue = queue.Queue()
         for w in self.workers:
             self.idle.put(w)

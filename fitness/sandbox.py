@@ -33,15 +33,21 @@ class Sandbox:
         return bool(self.prefix)
 
 
+def triton_cache_dir(override: str | None = None) -> Path:
+    path = Path(override) if override else cache_dir() / "triton"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @functools.lru_cache(maxsize=None)
-def detect(disabled: bool = False) -> Sandbox:
+def detect(disabled: bool = False, triton_cache: str | None = None) -> Sandbox:
+    """`triton_cache`: the one writable folder inside the sandbox (default: the user cache)."""
     if disabled:
         return Sandbox((), "none (disabled by --no-sandbox)")
     bwrap = shutil.which("bwrap")
     if not bwrap:
         return Sandbox((), "none (bubblewrap is not installed: apt-get install bubblewrap)")
-    triton_cache = cache_dir() / "triton"
-    triton_cache.mkdir(parents=True, exist_ok=True)
+    triton_cache = triton_cache_dir(triton_cache)
     prefix = (bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
               "--tmpfs", "/tmp", "--bind", str(triton_cache), str(triton_cache),
               "--unshare-net", "--unshare-ipc", "--die-with-parent")
@@ -55,9 +61,9 @@ def detect(disabled: bool = False) -> Sandbox:
     return Sandbox(prefix, "bubblewrap (read-only filesystem, private /tmp, no network)")
 
 
-def worker_env(interpret: bool, mem_limit_bytes: int) -> dict:
+def worker_env(interpret: bool, mem_limit_bytes: int, triton_cache: str | None = None) -> dict:
     env = dict(os.environ)
-    env["TRITON_CACHE_DIR"] = str(cache_dir() / "triton")
+    env["TRITON_CACHE_DIR"] = str(triton_cache_dir(triton_cache))
     env["PYTHONUNBUFFERED"] = "1"
     env["TE_MEM_LIMIT_BYTES"] = str(mem_limit_bytes)
     if interpret:

@@ -19,8 +19,18 @@ import traceback
 import torch
 
 from fitness import protocol
-from fitness.harness import (CandidateError, LaunchHook, Snapshot, TorchWorkMeter, aliases, poison,
-                             python_threads, same_storage_bytes, storage_copy, to_device)
+from fitness.harness import (
+    CandidateError,
+    LaunchHook,
+    Snapshot,
+    TorchWorkMeter,
+    aliases,
+    poison,
+    python_threads,
+    same_storage_bytes,
+    storage_copy,
+    to_device,
+)
 
 # torch compute elements a candidate may produce outside its kernels, as a share of its outputs
 TORCH_WORK_SHARE = 0.01

@@ -1,0 +1,90 @@
+"""Evaluator benchmark (GPU): throughput end to end, and A/A timing noise.
+
+    python bench/evaluator_bench.py [--workers 8] [--tasks a,b] [--json OUT]
+
+1. Throughput: every builtin starting kernel evaluated as a candidate by a fresh evaluator with an
+   empty Triton cache (so every kernel compiles), correctness on the tuning and held-out shapes
+   under two seeds, then timing against the PyTorch reference. Reported twice: cold (the float64
+   references computed on the way) and with the references already cached, as in a long run.
+2. A/A: each starting kernel timed as a candidate against itself (--baseline start); the noise is
+   the median over tasks of |speedup - 1|.
+Not a test: numbers depend on the machine. Quote its output.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
+from fitness.reference import ReferenceCache  # noqa: E402
+from suites.registry import load_suite  # noqa: E402
+
+
+def run_pass(tasks, config, refs, label):
+    with Evaluator(config, refs) as ev:
+        t0 = time.monotonic()
+        verdicts = ev.evaluate_many([(t, t.start_source) for t in tasks])
+        wall = time.monotonic() - t0
+        busy = sum(v.elapsed_s for v in verdicts)
+    per_min = 60 * len(verdicts) / wall
+    print(f"[{label}] {len(verdicts)} candidates in {wall:.1f} s = {per_min:.1f} candidates/min "
+          f"({config.workers} correctness workers; summed per-candidate latency {busy:.0f} s)")
+    return verdicts, wall, per_min
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--tasks", default=None)
+    ap.add_argument("--trials", type=int, default=21)
+    ap.add_argument("--json", default=None, help="write every verdict here")
+    args = ap.parse_args()
+    suite = load_suite("builtin")
+    tasks = [suite[n] for n in args.tasks.split(",")] if args.tasks else list(suite.values())
+    refs = ReferenceCache(16 << 30)
+    out = {}
+
+    with tempfile.TemporaryDirectory() as cache:
+        cfg = EvalConfig(workers=args.workers, trials=args.trials, triton_cache=cache)
+        cold, _, cold_rate = run_pass(tasks, cfg, refs, "throughput, cold: references + compile + check + time")
+    with tempfile.TemporaryDirectory() as cache:
+        cfg = EvalConfig(workers=args.workers, trials=args.trials, triton_cache=cache)
+        warm, _, warm_rate = run_pass(tasks, cfg, refs, "throughput, references cached: compile + check + time")
+    out["throughput"] = {"cold_per_min": cold_rate, "refs_cached_per_min": warm_rate}
+
+    aa_cfg = EvalConfig(workers=args.workers, trials=args.trials, baseline="start")
+    aa, _, _ = run_pass(tasks, aa_cfg, refs, "A/A")
+    print(f"\n{'task':24} {'stage':7} {'vs torch':>9} {'A/A':>7}  method")
+    noise = []
+    for v, a in zip(warm, aa):
+        sp = f"{v.speedup:.3f}" if v.speedup else "-"
+        aa_s = f"{a.speedup:.3f}" if a.speedup else "-"
+        if a.speedup:
+            noise.append(abs(a.speedup - 1))
+        methods = "/".join(sorted({r["method"] for r in v.times}))
+        print(f"{v.task:24} {v.stage:7} {sp:>9} {aa_s:>7}  {methods or v.reason.splitlines()[0][:60]}")
+    timed = [v.speedup for v in warm if v.speedup]
+    if timed:
+        print(f"\ngeomean speedup of the starting kernels vs PyTorch: "
+              f"{math.exp(statistics.mean(math.log(s) for s in timed)):.3f} over {len(timed)} tasks")
+    if noise:
+        print(f"A/A noise: median |speedup - 1| = {100 * statistics.median(noise):.2f}% "
+              f"(max {100 * max(noise):.2f}%) over {len(noise)} tasks")
+    out["aa_median_abs_dev"] = statistics.median(noise) if noise else None
+    print(f"throughput: {cold_rate:.1f}/min cold, {warm_rate:.1f}/min with references cached")
+    if args.json:
+        out["verdicts"] = {"vs_reference": [v.to_dict() for v in warm], "aa": [a.to_dict() for a in aa],
+                           "cold": [v.to_dict() for v in cold]}
+        Path(args.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""float64 references computed in the engine process, cached by case.
+
+References are deterministic given (task, shape, dtype, seed), so a run computes each once; the
+cache is bounded in bytes and can be shared between evaluators.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import torch
+
+from fitness.compare import as_list, dtype_name
+from suites.task import Task
+
+
+class ReferenceCache:
+    def __init__(self, max_bytes: int = 4 << 30):
+        self.max_bytes = max_bytes
+        self._items: OrderedDict = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, task: Task, case: dict):
+        """(float64 outputs, [(dtype, shape)] the candidate's outputs must have)."""
+        key = (task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], case["seed"])
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = compute(task, case)
+        size = sum(r.numel() * r.element_size() for r in value[0])
+        with self._lock:
+            self._items[key] = value
+            self._bytes += size
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, (old, _) = self._items.popitem(last=False)
+                self._bytes -= sum(r.numel() * r.element_size() for r in old)
+        return value
+
+
+def compute(task: Task, case: dict):
+    dtype = getattr(torch, case["dtype"])
+    args = task.make_inputs(case["shape"], dtype, torch.Generator().manual_seed(case["seed"]))
+    expected = expected_outputs(task, args)
+    up = [a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+    with torch.no_grad():
+        refs = [r.detach() for r in as_list(task.reference(*up))]
+    return refs, expected
+
+
+def expected_outputs(task: Task, args) -> list[tuple[str, tuple]]:
+    """dtype and shape of each output for inputs in the task's dtype: meta tensors if possible."""
+    try:
+        meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+        outs = as_list(task.reference(*meta))
+    except Exception:  # noqa: BLE001 - some ops have no meta kernel: run it for real, once
+        outs = as_list(task.reference(*args))
+    return [(dtype_name(o), tuple(o.shape)) for o in outs]
