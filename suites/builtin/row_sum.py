@@ -1,6 +1,4 @@
 """Sum over the last dimension of a 2-D tensor."""
-import torch
-
 from suites.builtin.common import randn, start_source
 from suites.task import ShapeSet, Task
 

@@ -35,7 +35,7 @@ def _layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_cols, eps, sxm, sxn, sw, sb,
         tl.store(y_ptr + row * sym + cols, (x - mean) * rstd * w + b, mask=mask)
 
 
-def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float):
     n_rows, n_cols = x.shape
     y = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
     _layernorm_kernel[(n_rows,)](

@@ -24,9 +24,7 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
         # float16/bfloat16 values are exact in tf32, so the upcast loses no accuracy; it is
         # here because the Triton interpreter's tl.dot multiplies raw bfloat16 bits
         acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
-    # explicit round-to-nearest: the interpreter would otherwise truncate to bfloat16
-    c = acc.to(c_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
-    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, c,
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 

@@ -1,0 +1,55 @@
+"""Per-row symmetric int8 quantization: returns the int8 values and the per-row scales."""
+import torch
+
+from suites.builtin.common import randn, start_source
+from suites.task import ShapeSet, Task
+
+
+def reference(x):
+    scale = x.abs().amax(dim=-1) / 127
+    # explicit .to(int8): the float64 oracle run must still return int8 values
+    q = torch.round(x / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scale
+
+
+def make_inputs(shape, dtype, gen):
+    m, n = shape["M"], shape["N"]
+    # rows of very different magnitude, so a kernel cannot get away with one global scale
+    row_scale = torch.exp(randn(gen, m, 1))
+    return ((randn(gen, m, n) * row_scale).to(dtype),)
+
+
+def cost(shape, dtype):
+    m, n = shape["M"], shape["N"]
+    # float32 read, int8 written, one float32 scale per row written
+    return m * n * 4 + m * n + m * 4, 3 * m * n
+
+
+TASK = Task(
+    name="int8_quant",
+    suite="builtin",
+    category="quantization",
+    entry="int8_quant",
+    reference=reference,
+    make_inputs=make_inputs,
+    shapes=ShapeSet(
+        tuning=({"M": 8192, "N": 4096}, {"M": 32768, "N": 1024}, {"M": 1024, "N": 32768}),
+        heldout=({"M": 3001, "N": 1999}, {"M": 50000, "N": 768}, {"M": 100, "N": 100003}),
+    ),
+    interpreter_shapes=ShapeSet(
+        tuning=({"M": 64, "N": 256}, {"M": 16, "N": 1024}),
+        heldout=({"M": 37, "N": 333}, {"M": 5, "N": 1500}),
+    ),
+    dtypes=("float32",),
+    # int8: values exactly halfway between two integers (after float32 vs float64 division)
+    # may round either way, hence the atol of 1
+    tolerance={"int8": (1, 0), "float32": (1e-8, 1e-6)},
+    cost=cost,
+    start_source=start_source("int8_quant"),
+    instruction=(
+        "int8_quant(x) -> (q, scale): x float32 (M, N); scale = max(|x[i, :]|) / 127, float32 "
+        "(M,); q = clamp(round(x / scale[:, None]), -127, 127), int8 (M, N). Rows are never all "
+        "zero."
+    ),
+    difficulty=2,
+)
