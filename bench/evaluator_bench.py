@@ -35,6 +35,11 @@ def run_pass(tasks, config, refs, label):
         wall = time.monotonic() - t0
         busy = sum(v.elapsed_s for v in verdicts)
     per_min = 60 * len(verdicts) / wall
+    phases = {}
+    for v in verdicts:
+        for k, x in v.phases.items():
+            phases[k] = phases.get(k, 0) + x
+    print(f"[{label}] summed phase seconds: " + ", ".join(f"{k} {x:.1f}" for k, x in sorted(phases.items())))
     print(f"[{label}] {len(verdicts)} candidates in {wall:.1f} s = {per_min:.1f} candidates/min "
           f"({config.workers} correctness workers; summed per-candidate latency {busy:.0f} s)")
     return verdicts, wall, per_min

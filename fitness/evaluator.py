@@ -114,6 +114,7 @@ class Evaluator:
 
     def _correctness(self, task: Task, source: str, v: Verdict) -> bool:
         cases = self._cases(task)
+        t0 = time.monotonic()
         try:
             reply = self.pool.request({"op": "correctness", "source": source, "task": self._task_spec(task),
                                        "cases": cases}, self.config.timeout_s)
@@ -122,10 +123,12 @@ class Evaluator:
             v.flags.append("worker-replaced")
             return False
         v.device = self.pool.info().get("device", "")
+        t1 = time.monotonic()
         results = reply.get("results", [])
         for case, res in zip(cases, results):
             problem = self._check_case(task, case, res.get("outputs"))
             v.cases.append({**case, "ok": not problem, "error": problem})
+        v.phases.update(worker_s=round(t1 - t0, 3), reference_compare_s=round(time.monotonic() - t1, 3))
         if reply.get("error"):
             failed = reply.get("case") or {}
             v.cases.append({**failed, "ok": False, "error": reply["error"]})
@@ -174,6 +177,7 @@ class Evaluator:
         if reply.get("error"):
             v.reason = f"timing: {reply['error']}"
             return
+        v.phases["timing_s"] = round(time.monotonic() - t0, 3)
         v.times = reply["rows"]
         v.speedup, flags = speedup_from_rows(v.times, reply.get("peaks"))
         v.flags += flags

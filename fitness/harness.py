@@ -34,13 +34,37 @@ class CandidateError(Exception):
 
 
 def to_device(a, device):
-    """Move to the device keeping strides (and the gaps between them) exactly."""
-    if not isinstance(a, torch.Tensor) or device == "cpu":
+    """A fresh copy on the device with the same strides (and the gaps between them)."""
+    if not isinstance(a, torch.Tensor):
         return a
-    base = torch.empty(0, dtype=torch.uint8).set_(a.untyped_storage()).to(device)
+    base = torch.empty(0, dtype=torch.uint8).set_(a.untyped_storage()).to(device, copy=True)
     flat = torch.empty(0, dtype=a.dtype, device=device).set_(base.untyped_storage())
     return torch.as_strided(flat, a.shape, a.stride(), a.storage_offset())
 
+
+class InputCache:
+    """Task inputs by case, kept on the host: every candidate of a task gets the same inputs,
+    and generating large random tensors costs more than copying them."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.items: dict = {}
+        self.bytes = 0
+
+    def get(self, task, case: dict, seed: int | None = None) -> tuple:
+        seed = case["seed"] if seed is None else seed
+        key = (task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], seed)
+        if key not in self.items:
+            args = task.make_inputs(case["shape"], getattr(torch, case["dtype"]), torch.Generator().manual_seed(seed))
+            size = sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))
+            while self.items and self.bytes + size > self.max_bytes:
+                old = self.items.pop(next(iter(self.items)))
+                self.bytes -= sum(a.untyped_storage().nbytes() for a in old if isinstance(a, torch.Tensor))
+            if size <= self.max_bytes:
+                self.items[key] = args
+                self.bytes += size
+            return args
+        return self.items[key]
 
 
 class LaunchHook:

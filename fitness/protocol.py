@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import warnings
 
 import torch
 
@@ -48,8 +49,12 @@ def _decode(obj, blobs: list, device):
         if "__tensor__" in obj:
             dtype = getattr(torch, obj["dtype"])
             raw = blobs[obj["__tensor__"]]
-            flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-            flat = flat.view(dtype) if raw else torch.empty(0, dtype=dtype)
+            if raw:
+                with warnings.catch_warnings():  # read-only buffer: the receiver never writes it
+                    warnings.simplefilter("ignore", UserWarning)
+                    flat = torch.frombuffer(raw, dtype=torch.uint8).view(dtype)
+            else:
+                flat = torch.empty(0, dtype=dtype)
             if device is not None:
                 flat = flat.to(device)
             return torch.as_strided(flat, obj["size"], obj["stride"], 0)

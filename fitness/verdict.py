@@ -25,6 +25,7 @@ class Verdict:
     timing: str = ""  # how (or why not) it was timed
     baseline: str = ""
     elapsed_s: float = 0.0
+    phases: dict = field(default_factory=dict)  # seconds spent per phase, for throughput tuning
 
     @property
     def passed(self) -> bool:

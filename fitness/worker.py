@@ -21,6 +21,7 @@ import torch
 from fitness import protocol
 from fitness.harness import (
     CandidateError,
+    InputCache,
     LaunchHook,
     Snapshot,
     TorchWorkMeter,
@@ -49,6 +50,7 @@ class Worker:
         self.tmp = tempfile.mkdtemp(prefix="te-cand-")
         self.modules: dict[str, object] = {}
         self.tasks: dict[tuple, object] = {}
+        self.inputs = InputCache(int(os.environ.get("TE_INPUT_CACHE_BYTES", 2 << 30)))
         self._warm_up()
         self.hook = LaunchHook()
         self.hook.install()
@@ -125,9 +127,7 @@ class Worker:
         return {"stage": "call", "results": results}
 
     def run_case(self, task, module, fn, case) -> list:
-        dtype = getattr(torch, case["dtype"])
-        args = task.make_inputs(case["shape"], dtype, torch.Generator().manual_seed(case["seed"]))
-        args = tuple(to_device(a, self.device) for a in args)
+        args = tuple(to_device(a, self.device) for a in self.inputs.get(task, case))
         saved = [storage_copy(a) if isinstance(a, torch.Tensor) else None for a in args]
         threads = python_threads()
         before = self.hook.launches(module.__name__)
@@ -177,8 +177,8 @@ class Worker:
         if self.timer is None:
             self.timer = Timer()
         try:
-            rows = self.timer.time_task(task, fn, base_fn, module.__name__, self.hook, self._check_tamper,
-                                        req["cases"], req.get("trials", 21))
+            rows = [self.timer.time_case(task, fn, base_fn, module.__name__, self.hook, self._check_tamper,
+                                         case, req.get("trials", 21), self.inputs) for case in req["cases"]]
         except CandidateError as e:
             return {"error": str(e)}
         except BaseException as e:  # noqa: BLE001
