@@ -36,7 +36,9 @@ def compare_outputs(outs, refs, tolerance: dict, expected=None, slack: float = 1
         if dt not in tolerance:
             return f"task has no tolerance for dtype {dt}"
         atol, rtol = (v * slack for v in tolerance[dt])
-        problem = _mismatch(o.detach().to("cpu", torch.float64), r.detach().to("cpu", torch.float64), atol, rtol)
+        # on the outputs' own device: the timing worker compares on the GPU, the engine on the CPU
+        o64 = o.detach().to(torch.float64)
+        problem = _mismatch(o64, r.detach().to(o64.device, torch.float64), atol, rtol)
         if problem:
             return f"output {i} ({dt}): {problem}"
     return ""
@@ -45,9 +47,11 @@ def compare_outputs(outs, refs, tolerance: dict, expected=None, slack: float = 1
 def _mismatch(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> str:
     if o.numel() == 0:
         return ""
-    err = (o - r).abs()
+    err = (o - r).abs_()
+    bound = r.abs().mul_(rtol).add_(atol)
     # NaN compares False, and an infinite reference gives an infinite bound that must not count
-    bad = ~(err <= atol + rtol * r.abs()) | torch.isinf(r)
+    bad = (err <= bound).logical_not_().logical_or_(torch.isinf(r))
+    del bound
     if not bool(bad.any()):
         return ""
     same_inf = torch.isinf(o) & torch.isinf(r) & (torch.sign(o) == torch.sign(r))
@@ -59,5 +63,6 @@ def _mismatch(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> str
     err = torch.where(same_inf, torch.zeros_like(err), err)
     worst = int(torch.argmax(err))
     idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), o.shape))
+    o, r = o.cpu(), r.cpu()
     return (f"{n_bad} of {o.numel()} elements outside tolerance (atol {atol:g}, rtol {rtol:g}); "
             f"worst at {idx}: got {o.flatten()[worst].item():.6g}, expected {r.flatten()[worst].item():.6g}")
