@@ -32,7 +32,10 @@ from suites.registry import load_suite  # noqa: E402
 def variant(source: str, n: int) -> str:
     """The same kernel with a comment inside its body: Triton hashes the kernel's source, so the
     variant compiles afresh, as a new candidate would."""
-    return source.replace("tl.program_id(0)", f"tl.program_id(0)  # variant {n}", 1)
+    lines = source.splitlines()
+    i = next(k for k, line in enumerate(lines) if "tl.program_id(0)" in line)
+    lines[i] += f"  # variant {n}"  # at the end of the line: mid-line it would comment code out
+    return "\n".join(lines) + "\n"
 
 
 def run_pass(ev, tasks, label, n=0):

@@ -10,6 +10,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,8 +49,14 @@ def detect(disabled: bool = False, triton_cache: str | None = None) -> Sandbox:
     if not bwrap:
         return Sandbox((), "none (bubblewrap is not installed: apt-get install bubblewrap)")
     triton_cache = triton_cache_dir(triton_cache)
+    # the private /tmp hides whatever lives there: put back (read-only) the code and the Python
+    # the worker needs, e.g. a checkout or a virtual environment under /tmp
+    keep = []
+    for p in sorted(_needed_paths()):
+        if p.startswith("/tmp/") and os.path.exists(p):
+            keep += ["--ro-bind", p, p]
     prefix = (bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-              "--tmpfs", "/tmp", "--bind", str(triton_cache), str(triton_cache),
+              "--tmpfs", "/tmp", *keep, "--bind", str(triton_cache), str(triton_cache),
               "--unshare-net", "--unshare-ipc", "--die-with-parent")
     try:
         probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=30)
@@ -59,6 +66,14 @@ def detect(disabled: bool = False, triton_cache: str | None = None) -> Sandbox:
         err = (probe.stderr.strip().splitlines() or ["exit code %d" % probe.returncode])[-1]
         return Sandbox((), f"none (bubblewrap is installed but cannot run here: {err})")
     return Sandbox(prefix, "bubblewrap (read-only filesystem, private /tmp, no network)")
+
+
+def _needed_paths() -> set[str]:
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = {root, sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.realpath(sys.executable)}
+    paths.update(p for p in sys.path if p)
+    paths.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+    return {os.path.realpath(p) if os.path.exists(p) else p for p in paths} | paths
 
 
 def worker_env(interpret: bool, mem_limit_bytes: int, triton_cache: str | None = None) -> dict:

@@ -1,0 +1,29 @@
+import subprocess
+import sys
+
+import pytest
+
+from fitness.sandbox import _needed_paths, detect
+
+
+def test_disabled_sandbox_says_so():
+    sb = detect(disabled=True)
+    assert not sb.isolated and "disabled" in sb.description
+
+
+def test_python_and_checkout_are_kept_visible():
+    assert sys.prefix in _needed_paths()
+
+
+@pytest.mark.skipif(not detect().isolated, reason=detect().description)
+def test_sandboxed_python_imports_the_project_and_has_no_network():
+    sb = detect()
+    ok = subprocess.run(sb.wrap([sys.executable, "-c", "import torch, fitness.worker"]), capture_output=True,
+                        text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    probe = "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 22), 2)\nexcept OSError as e:\n" \
+            "    print('refused', e)\n"
+    out = subprocess.run(sb.wrap([sys.executable, "-c", probe]), capture_output=True, text=True, timeout=60)
+    assert "refused" in out.stdout
+    tmp = subprocess.run(sb.wrap(["sh", "-c", "touch /etc/te-probe"]), capture_output=True, text=True, timeout=60)
+    assert tmp.returncode != 0  # the filesystem is read-only
