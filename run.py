@@ -23,7 +23,7 @@ def _eval_opts(p: argparse.ArgumentParser):
                    help="cpu runs kernels under the Triton interpreter, untimed")
     p.add_argument("--seeds", default="0,1", help="input seeds, comma separated (default 0,1)")
     p.add_argument("--workers", type=int, default=1, help="parallel correctness workers")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds for one candidate's correctness run")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds for one candidate's correctness run")
     p.add_argument("--trials", type=int, default=21, help="interleaved timing trials per shape")
     p.add_argument("--baseline", choices=("reference", "start"), default="reference",
                    help="time against the PyTorch reference or the task's starting kernel")

@@ -27,7 +27,7 @@ class EvalConfig:
     seeds: tuple[int, ...] = (0, 1)  # every case runs once per seed: fresh data defeats result caches
     workers: int = 1  # correctness workers (compile + call + check), in parallel
     device: str = "auto"  # "auto", "cpu" (Triton interpreter) or "cuda"
-    timeout_s: float = 300.0  # one candidate's correctness run, compile included
+    timeout_s: float = 120.0  # one candidate's correctness run, compile included
     timing_timeout_s: float = 300.0
     trials: int = 21
     baseline: str = "reference"  # "reference" (PyTorch) or "start" (the task's starting kernel)
