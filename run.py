@@ -117,10 +117,9 @@ def cmd_validate(args) -> int:
         timed = [v.speedup for v in verdicts if v.speedup is not None]
         line = f"{ok}/{len(verdicts)} starting kernels correct (tuning and held-out shapes)"
         if timed:
-            import math
+            from fitness.verdict import geomean
 
-            line += f"; geometric-mean speedup vs {verdicts[0].baseline}: " \
-                    f"{math.exp(sum(math.log(s) for s in timed) / len(timed)):.3f} over {len(timed)} timed"
+            line += f"; geometric-mean speedup vs {verdicts[0].baseline}: {geomean(timed):.3f} over {len(timed)} timed"
         else:
             line += "; " + (verdicts[0].timing if verdicts and verdicts[0].timing else "none timed")
         print(line)

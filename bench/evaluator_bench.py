@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -26,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
 from fitness.reference import ReferenceCache  # noqa: E402
+from fitness.verdict import geomean  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 
 
@@ -88,7 +88,7 @@ def main():
     timed = [v.speedup for v in warm if v.speedup]
     if timed:
         print(f"\ngeomean speedup of the starting kernels vs PyTorch: "
-              f"{math.exp(statistics.mean(math.log(s) for s in timed)):.3f} over {len(timed)} tasks")
+              f"{geomean(timed):.3f} over {len(timed)} tasks")
     if noise:
         print(f"A/A noise: median |speedup - 1| = {100 * statistics.median(noise):.2f}% "
               f"(max {100 * max(noise):.2f}%) over {len(noise)} tasks")

@@ -53,7 +53,7 @@ class InputCache:
 
     def get(self, task, case: dict, seed: int | None = None) -> tuple:
         seed = case["seed"] if seed is None else seed
-        key = (task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], seed)
+        key = task.case_key(case, seed)
         if key not in self.items:
             args = task.make_inputs(case["shape"], getattr(torch, case["dtype"]), torch.Generator().manual_seed(seed))
             size = sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))

@@ -23,7 +23,7 @@ class ReferenceCache:
 
     def get(self, task: Task, case: dict):
         """(float64 outputs, [(dtype, shape)] the candidate's outputs must have)."""
-        key = (task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], case["seed"])
+        key = task.case_key(case)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)

@@ -38,10 +38,14 @@ class Verdict:
         return d
 
 
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
 def speedup_from_rows(rows: list[dict], peaks: dict | None) -> tuple[float, list[str]]:
     """Geometric mean of per-shape speedups, each time floored at the roofline time."""
     flags = []
-    logs = []
     for r in rows:
         floor_ms = 0.0
         if peaks:
@@ -51,8 +55,7 @@ def speedup_from_rows(rows: list[dict], peaks: dict | None) -> tuple[float, list
         if r["candidate_ms"] < 0.5 * floor_ms:
             flags.append("faster-than-roofline")
         r["speedup"] = b / c if c > 0 else float("inf")
-        logs.append(math.log(r["speedup"]))
-    speedup = math.exp(sum(logs) / len(logs)) if logs else float("nan")
+    speedup = geomean(r["speedup"] for r in rows)
     if speedup > SUSPICIOUS_SPEEDUP:
         flags.append(f"speedup-over-{SUSPICIOUS_SPEEDUP:g}x-review")
     return speedup, sorted(set(flags))

@@ -46,6 +46,11 @@ class Task:
     interpreter_shapes: ShapeSet | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
 
+    def case_key(self, case: dict, seed: int | None = None) -> tuple:
+        """Identity of the inputs a case draws: what the input and reference caches key on."""
+        seed = case["seed"] if seed is None else seed
+        return (self.suite, self.name, repr(sorted(case["shape"].items())), case["dtype"], seed)
+
     def shape_set(self, interpreter: bool) -> ShapeSet:
         if interpreter and self.interpreter_shapes is not None:
             return self.interpreter_shapes
