@@ -5,8 +5,8 @@
 1. Throughput: every builtin starting kernel evaluated as a candidate, correctness on the tuning
    and held-out shapes under two seeds, then timing against the PyTorch reference. Reported
    twice: cold (fresh workers and Triton cache, float64 references and inputs made on the way),
-   then steady state: a variant of every kernel that must compile afresh, in the same evaluator,
-   as in a long run where each task sees many candidates.
+   then steady state: --rounds variants of every kernel that must compile afresh, in the same
+   evaluator, as in a long run where each task sees many candidates.
 2. A/A: each starting kernel timed as a candidate against itself (--baseline start); the noise is
    the median over tasks of |speedup - 1|.
 Not a test: numbers depend on the machine. Quote its output.
@@ -40,7 +40,7 @@ def variant(source: str, n: int) -> str:
 
 def run_pass(ev, tasks, label, n=0):
     t0 = time.monotonic()
-    verdicts = ev.evaluate_many([(t, variant(t.start_source, n)) for t in tasks])
+    verdicts = ev.evaluate_many([(t, variant(t.start_source, n + i)) for i, t in enumerate(tasks)])
     wall = time.monotonic() - t0
     busy = sum(v.elapsed_s for v in verdicts)
     config = ev.config
@@ -60,6 +60,8 @@ def main():
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--tasks", default=None)
     ap.add_argument("--trials", type=int, default=21)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="steady state: variants of every task, evaluated together")
     ap.add_argument("--json", default=None, help="write every verdict here")
     args = ap.parse_args()
     suite = load_suite("builtin")
@@ -71,7 +73,9 @@ def main():
         cfg = EvalConfig(workers=args.workers, trials=args.trials, triton_cache=cache)
         with Evaluator(cfg, refs) as ev:
             cold, _, cold_rate = run_pass(ev, tasks, "cold: fresh workers, references, inputs, compile, check, time")
-            warm, _, warm_rate = run_pass(ev, tasks, "steady state: new kernel variants (compile, check, time)", 1)
+            warm, _, warm_rate = run_pass(ev, tasks * args.rounds,
+                                          "steady state: new kernel variants (compile, check, time)", 1)
+            warm = warm[:len(tasks)]
     out["throughput"] = {"cold_per_min": cold_rate, "steady_per_min": warm_rate}
 
     with Evaluator(EvalConfig(workers=args.workers, trials=args.trials, baseline="start"), refs) as ev:

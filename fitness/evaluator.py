@@ -69,7 +69,9 @@ class Evaluator:
 
     # -------------------------------------------------------------------------------------
     def evaluate_many(self, items: list[tuple[Task, str]]) -> list[Verdict]:
-        with ThreadPoolExecutor(max(1, self.config.workers)) as ex:
+        # twice as many threads as correctness workers: while some candidates wait for the single
+        # timing worker, the correctness workers already run the next ones
+        with ThreadPoolExecutor(max(1, 2 * self.config.workers)) as ex:
             return list(ex.map(lambda it: self.evaluate(*it), items))
 
     def evaluate(self, task: Task, source: str | bytes) -> Verdict:

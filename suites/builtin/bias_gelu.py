@@ -23,8 +23,8 @@ TASK = Task(
     reference=reference,
     make_inputs=make_inputs,
     shapes=ShapeSet(
-        tuning=({"M": 8192, "N": 4096}, {"M": 16384, "N": 1024}, {"M": 4096, "N": 16384}),
-        heldout=({"M": 3001, "N": 5003}, {"M": 65536, "N": 768}, {"M": 1000, "N": 12289}),
+        tuning=({"M": 4096, "N": 2048}, {"M": 8192, "N": 1024}, {"M": 1024, "N": 8192}),
+        heldout=({"M": 3001, "N": 1999}, {"M": 8000, "N": 768}, {"M": 500, "N": 12289}),
     ),
     interpreter_shapes=ShapeSet(
         tuning=({"M": 64, "N": 256}, {"M": 16, "N": 1024}),

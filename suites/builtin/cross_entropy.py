@@ -30,8 +30,8 @@ TASK = Task(
     reference=reference,
     make_inputs=make_inputs,
     shapes=ShapeSet(
-        tuning=({"M": 2048, "V": 32768}, {"M": 8192, "V": 8192}, {"M": 512, "V": 131072}),
-        heldout=({"M": 1024, "V": 50257}, {"M": 2000, "V": 32000}, {"M": 255, "V": 128256}),
+        tuning=({"M": 512, "V": 32768}, {"M": 2048, "V": 8192}, {"M": 128, "V": 131072}),
+        heldout=({"M": 256, "V": 50257}, {"M": 400, "V": 32000}, {"M": 63, "V": 128256}),
     ),
     interpreter_shapes=ShapeSet(
         tuning=({"M": 32, "V": 1024}, {"M": 8, "V": 4096}),

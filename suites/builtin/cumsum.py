@@ -24,7 +24,7 @@ TASK = Task(
     reference=reference,
     make_inputs=make_inputs,
     shapes=ShapeSet(
-        tuning=({"M": 8192, "N": 4096}, {"M": 1024, "N": 32768}, {"M": 65536, "N": 512}),
+        tuning=({"M": 2048, "N": 4096}, {"M": 256, "N": 32768}, {"M": 16384, "N": 512}),
         heldout=({"M": 3001, "N": 1999}, {"M": 10, "N": 100003}, {"M": 50000, "N": 77}),
     ),
     interpreter_shapes=ShapeSet(

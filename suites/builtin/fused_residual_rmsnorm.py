@@ -27,8 +27,8 @@ TASK = Task(
     reference=reference,
     make_inputs=make_inputs,
     shapes=ShapeSet(
-        tuning=({"M": 8192, "N": 4096}, {"M": 16384, "N": 2048}, {"M": 2048, "N": 8192}),
-        heldout=({"M": 3001, "N": 1999}, {"M": 40000, "N": 1000}, {"M": 257, "N": 14336}),
+        tuning=({"M": 2048, "N": 2048}, {"M": 4096, "N": 1024}, {"M": 512, "N": 8192}),
+        heldout=({"M": 1501, "N": 1999}, {"M": 3000, "N": 1000}, {"M": 199, "N": 14336}),
     ),
     interpreter_shapes=ShapeSet(
         tuning=({"M": 64, "N": 256}, {"M": 16, "N": 1024}),

@@ -33,8 +33,8 @@ TASK = Task(
     reference=reference,
     make_inputs=make_inputs,
     shapes=ShapeSet(
-        tuning=({"M": 8192, "N": 4096}, {"M": 32768, "N": 1024}, {"M": 1024, "N": 32768}),
-        heldout=({"M": 3001, "N": 1999}, {"M": 50000, "N": 768}, {"M": 100, "N": 100003}),
+        tuning=({"M": 4096, "N": 2048}, {"M": 16384, "N": 512}, {"M": 512, "N": 16384}),
+        heldout=({"M": 3001, "N": 1999}, {"M": 10000, "N": 768}, {"M": 100, "N": 100003}),
     ),
     interpreter_shapes=ShapeSet(
         tuning=({"M": 64, "N": 256}, {"M": 16, "N": 1024}),

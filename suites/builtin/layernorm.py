@@ -26,8 +26,8 @@ TASK = Task(
     reference=reference,
     make_inputs=make_inputs,
     shapes=ShapeSet(
-        tuning=({"M": 8192, "N": 4096}, {"M": 16384, "N": 1024}, {"M": 2048, "N": 16384}),
-        heldout=({"M": 3001, "N": 1999}, {"M": 65536, "N": 768}, {"M": 100, "N": 12289}),
+        tuning=({"M": 4096, "N": 2048}, {"M": 8192, "N": 1024}, {"M": 512, "N": 16384}),
+        heldout=({"M": 3001, "N": 1999}, {"M": 8000, "N": 768}, {"M": 100, "N": 12289}),
     ),
     interpreter_shapes=ShapeSet(
         tuning=({"M": 64, "N": 256}, {"M": 16, "N": 1024}),

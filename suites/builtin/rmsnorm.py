@@ -24,8 +24,8 @@ TASK = Task(
     reference=reference,
     make_inputs=make_inputs,
     shapes=ShapeSet(
-        tuning=({"M": 8192, "N": 4096}, {"M": 16384, "N": 1024}, {"M": 2048, "N": 16384}),
-        heldout=({"M": 5000, "N": 2560}, {"M": 40000, "N": 1000}, {"M": 333, "N": 12289}),
+        tuning=({"M": 4096, "N": 2048}, {"M": 8192, "N": 1024}, {"M": 512, "N": 16384}),
+        heldout=({"M": 2500, "N": 2560}, {"M": 6000, "N": 1000}, {"M": 333, "N": 12289}),
     ),
     interpreter_shapes=ShapeSet(
         tuning=({"M": 64, "N": 256}, {"M": 16, "N": 1024}),

@@ -26,7 +26,7 @@ TASK = Task(
     reference=reference,
     make_inputs=make_inputs,
     shapes=ShapeSet(
-        tuning=({"M": 8192, "N": 4096}, {"M": 1024, "N": 65536}, {"M": 65536, "N": 256}),
+        tuning=({"M": 4096, "N": 4096}, {"M": 256, "N": 65536}, {"M": 65536, "N": 256}),
         heldout=({"M": 3001, "N": 1999}, {"M": 17, "N": 100003}, {"M": 100000, "N": 77}),
     ),
     interpreter_shapes=ShapeSet(

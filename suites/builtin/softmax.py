@@ -22,7 +22,7 @@ TASK = Task(
     reference=reference,
     make_inputs=make_inputs,
     shapes=ShapeSet(
-        tuning=({"M": 4096, "N": 1024}, {"M": 8192, "N": 4096}, {"M": 1024, "N": 16384}),
+        tuning=({"M": 4096, "N": 1024}, {"M": 2048, "N": 4096}, {"M": 512, "N": 16384}),
         heldout=({"M": 3001, "N": 1999}, {"M": 17, "N": 32768}, {"M": 65536, "N": 100}),
     ),
     interpreter_shapes=ShapeSet(

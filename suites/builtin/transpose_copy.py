@@ -29,11 +29,11 @@ TASK = Task(
     reference=reference,
     make_inputs=make_inputs,
     shapes=ShapeSet(
-        tuning=({"M": 8192, "N": 8192}, {"M": 4096, "N": 16384}, {"M": 65536, "N": 512}),
+        tuning=({"M": 2048, "N": 4096}, {"M": 1024, "N": 8192}, {"M": 16384, "N": 512}),
         heldout=(
-            {"M": 3001, "N": 5003},
-            {"M": 4000, "N": 6000, "stride": 3},
-            {"M": 1000, "N": 30001, "transposed": True},
+            {"M": 3001, "N": 1999},
+            {"M": 2000, "N": 3000, "stride": 3},
+            {"M": 200, "N": 30001, "transposed": True},
         ),
     ),
     interpreter_shapes=ShapeSet(
