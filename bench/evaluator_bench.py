@@ -49,6 +49,9 @@ def run_pass(ev, tasks, label, n=0):
     for v in verdicts:
         for k, x in v.phases.items():
             phases[k] = phases.get(k, 0) + x
+        for row in v.times:
+            for k, x in row.get("phase_ms", {}).items():
+                phases[f"timing.{k}"] = phases.get(f"timing.{k}", 0) + x / 1e3
     print(f"[{label}] summed phase seconds: " + ", ".join(f"{k} {x:.1f}" for k, x in sorted(phases.items())))
     print(f"[{label}] {len(verdicts)} candidates in {wall:.1f} s = {per_min:.1f} candidates/min "
           f"({config.workers} correctness workers; summed per-candidate latency {busy:.0f} s)")

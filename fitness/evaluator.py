@@ -179,7 +179,8 @@ class Evaluator:
         if reply.get("error"):
             v.reason = f"timing: {reply['error']}"
             return
-        v.phases["timing_s"] = round(time.monotonic() - t0, 3)
+        v.phases["timing_s"] = round(time.monotonic() - t0, 3)  # waiting for the timing worker included
+        v.phases["timing_setup_s"] = round(reply.get("setup_ms", 0) / 1e3, 3)
         v.times = reply["rows"]
         v.speedup, flags = speedup_from_rows(v.times, reply.get("peaks"))
         v.flags += flags

@@ -5,11 +5,17 @@ distinct input sets, R chosen so the sets together exceed twice the L2 (graphs d
 the region is a CUDA graph replay when both sides can be captured (a Python launch costs
 ~60 us on the H100, more than many kernels), else an eager loop closed by a device-wide
 synchronize so work on any stream is counted. L2 is flushed before every region. Outputs of
-the captured regions are re-checked on freshly drawn inputs, so a cache cannot pass.
+the captured regions are re-checked after every set's contents are replaced by a draw the
+candidate never saw, so a result captured into the graph cannot pass.
+
+Inputs are drawn once per case and kept on the GPU (SetCache): every candidate of a task is
+timed on copies of the same draw, and drawing large random tensors on the host would otherwise
+cost more than timing them.
 """
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 
@@ -35,12 +41,56 @@ class TimingError(Exception):
     pass
 
 
+class SetCache:
+    """Per case, two input draws kept on the GPU, least recently used dropped past a byte budget:
+    the case's own draw (what is timed) and a spare (what the replayed graphs are re-checked on).
+    Candidates only ever see copies, so nothing they do reaches the next candidate's inputs."""
+
+    def __init__(self, max_bytes: int, device: str = "cuda"):
+        self.max_bytes = max_bytes
+        self.device = device
+        self.items: dict = {}  # case key -> (draw, spare draw), input tuples on the device
+        self.bytes = 0
+
+    def get(self, task, case: dict) -> tuple:
+        key = task.case_key(case)
+        if key in self.items:
+            self.items[key] = self.items.pop(key)  # re-inserted last: the most recently used
+            return self.items[key]
+        draws = tuple(self._draw(task, case, case["seed"] + k * 1000) for k in (0, 1))
+        size = _set_bytes(draws)
+        while self.items and self.bytes + size > self.max_bytes:
+            self.bytes -= _set_bytes(self.items.pop(next(iter(self.items))))
+        if size <= self.max_bytes:
+            self.items[key] = draws
+            self.bytes += size
+        return draws
+
+    def _draw(self, task, case, seed) -> tuple:
+        args = task.make_inputs(case["shape"], getattr(torch, case["dtype"]), torch.Generator().manual_seed(seed))
+        return tuple(to_device(a, self.device) for a in args)
+
+
+def _set_bytes(sets) -> int:
+    return sum(_nbytes(s) for s in sets)
+
+
+def _nbytes(args) -> int:
+    return sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))
+
+
+def _copies(args) -> tuple:
+    return tuple(to_device(a, "cuda") for a in args)
+
+
 class Timer:
     def __init__(self):
         props = torch.cuda.get_device_properties(0)
         self.l2_bytes = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
         self.flush_buf = torch.empty(max(256 << 20, 4 * self.l2_bytes) // 4, dtype=torch.int32, device="cuda")
         self._peaks = None
+        total = torch.cuda.get_device_properties(0).total_memory
+        self.sets = SetCache(int(os.environ.get("TE_TIMING_SET_BYTES", min(8 << 30, total // 8))))
 
     def flush(self):
         self.flush_buf.zero_()
@@ -73,25 +123,32 @@ class Timer:
         return statistics.median(times)
 
     # -------------------------------------------------------------------------------------
-    def time_case(self, task, fn, base_fn, module_name, hook, check_tamper, case, trials, inputs) -> dict:
+    def time_case(self, task, fn, base_fn, module_name, hook, check_tamper, case, trials) -> dict:
         tol = task.tolerance
-        load = lambda seed: tuple(to_device(a, "cuda") for a in inputs.get(task, case, seed))
-        first = load(case["seed"])
-        in_bytes = sum(a.untyped_storage().nbytes() for a in first if isinstance(a, torch.Tensor))
+        t_start = _clock()
+        draw, spare = self.sets.get(task, case)
+        first = _copies(draw)
+        in_bytes = _nbytes(first)
+        t_drawn = _clock()
         # warm-up: the candidate first, so nothing of the baseline's is in the allocator yet
         for _ in range(2):
             out_c = fn(*first)
         _sync()
         out_b = base_fn(*first)
         _sync()
+        t_warm = _clock()
         check_tamper()
         _compare(out_c, out_b, tol, "warm-up call")
         t_one = max(self._median_ms(lambda: fn(*first), 3), self._median_ms(lambda: base_fn(*first), 3))
         poison(out_c, out_b)
+        t_calibrated = _clock()
 
         n_sets = max(math.ceil(2 * self.l2_bytes / max(in_bytes, 1)), math.ceil(MIN_REGION_MS / max(t_one, 1e-4)))
         n_sets = int(max(1, min(n_sets, MAX_SETS, SET_BUDGET_BYTES // max(in_bytes, 1))))
-        sets = [first] + [load(case["seed"] + 1000 + i) for i in range(n_sets - 1)]
+        # the sets are copies of one draw: what keeps them out of L2 is that they are distinct
+        # memory; distinct contents would not stop a cache that falls back to computing
+        sets = [first] + [_copies(draw) for _ in range(n_sets - 1)]
+        t_prepared = _clock()
 
         method = "cuda-graph"
         try:
@@ -100,10 +157,9 @@ class Timer:
             if hook.launches(module_name) == before:
                 raise CandidateError("CUDA graph capture recorded no launch of the candidate's kernels")
             run_b, outs_b = _capture(base_fn, sets)
-            # re-draw every input in place, replay, and check: a captured cache would fail here
-            for i, s in enumerate(sets):
-                fresh = load(case["seed"] + 5000 + i)
-                for dst, src in zip(s, fresh):
+            # give every set the spare draw's contents, replay, and check: a captured result fails
+            for s in sets:
+                for dst, src in zip(s, spare):
                     if isinstance(dst, torch.Tensor):
                         dst.copy_(src)
             run_c()
@@ -119,6 +175,7 @@ class Timer:
             method = "eager"
             outs_c, outs_b = [], []
             run_c, run_b = _eager(fn, sets, outs_c), _eager(base_fn, sets, outs_b)
+        t_captured = _clock()
 
         times = {"c": [], "b": []}
         events = []
@@ -150,7 +207,15 @@ class Timer:
         bytes_, flops = task.cost(case["shape"], case["dtype"])
         return {"shape": case["shape"], "dtype": case["dtype"], "candidate_ms": med_c, "baseline_ms": med_b,
                 "candidate_spread": _spread(times["c"]), "baseline_spread": _spread(times["b"]),
-                "method": method, "input_sets": n_sets, "trials": trials, "bytes": bytes_, "flops": flops}
+                "method": method, "input_sets": n_sets, "trials": trials, "bytes": bytes_, "flops": flops,
+                "phase_ms": {"draw": _ms(t_start, t_drawn) + _ms(t_calibrated, t_prepared),
+                             "warm_up": _ms(t_drawn, t_warm), "calibrate": _ms(t_warm, t_calibrated),
+                             "capture": _ms(t_prepared, t_captured),
+                             "trials": _ms(t_captured, _clock())}}
+
+
+def _ms(t0, t1) -> float:
+    return round((t1 - t0) * 1e3, 2)
 
 
 def _eager(fn, sets, keep: list):

@@ -37,7 +37,7 @@ def to_device(a, device):
     """A fresh copy on the device with the same strides (and the gaps between them)."""
     if not isinstance(a, torch.Tensor):
         return a
-    base = torch.empty(0, dtype=torch.uint8).set_(a.untyped_storage()).to(device, copy=True)
+    base = torch.empty(0, dtype=torch.uint8, device=a.device).set_(a.untyped_storage()).to(device, copy=True)
     flat = torch.empty(0, dtype=a.dtype, device=device).set_(base.untyped_storage())
     return torch.as_strided(flat, a.shape, a.stride(), a.storage_offset())
 

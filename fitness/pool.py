@@ -8,7 +8,6 @@ candidates is replaced before its next request.
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -163,20 +162,36 @@ def _rss_bytes(pid: int) -> int:
 
 
 class WorkerPool:
-    """`size` interchangeable workers; callers block until one is free."""
+    """`size` interchangeable workers; callers block until one is free. A request goes to a free
+    worker that last served the same task when there is one: its input cache already holds
+    that task's inputs, which are slow to draw."""
 
     def __init__(self, size: int, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int, recycle_every: int,
                  triton_cache: str | None = None):
         self.recycle_every = recycle_every
         self.workers = [WorkerProcess(sandbox, interpret, mem_limit_bytes, triton_cache) for _ in range(size)]
-        self.idle: queue.Queue = queue.Queue()
-        for w in self.workers:
-            self.idle.put(w)
+        self._idle = list(self.workers)  # longest idle first
+        self._free = threading.Condition()
+        self._last_task: dict[int, str] = {}
         self.restarts = 0
+
+    def _take(self, task_key: str) -> WorkerProcess:
+        with self._free:
+            while not self._idle:
+                self._free.wait()
+            worker = next((w for w in self._idle if self._last_task.get(id(w)) == task_key), self._idle[0])
+            self._idle.remove(worker)
+            self._last_task[id(worker)] = task_key
+            return worker
+
+    def _give_back(self, worker: WorkerProcess):
+        with self._free:
+            self._idle.append(worker)
+            self._free.notify()
 
     def request(self, msg: dict, timeout_s: float) -> dict:
         """Reply of a worker, or raises WorkerFailure (that worker is then replaced)."""
-        worker = self.idle.get()
+        worker = self._take(repr(msg.get("task")))
         try:
             if worker.alive and worker.served >= self.recycle_every:
                 worker.kill()
@@ -187,7 +202,7 @@ class WorkerPool:
                 worker.kill()  # a CUDA fault poisons the context: never reuse this process
             return reply
         finally:
-            self.idle.put(worker)
+            self._give_back(worker)
 
     def info(self) -> dict:
         for w in self.workers:

@@ -14,6 +14,7 @@ import os
 import resource
 import sys
 import tempfile
+import time
 import traceback
 
 import torch
@@ -50,7 +51,10 @@ class Worker:
         self.tmp = tempfile.mkdtemp(prefix="te-cand-")
         self.modules: dict[str, object] = {}
         self.tasks: dict[tuple, object] = {}
-        self.inputs = InputCache(int(os.environ.get("TE_INPUT_CACHE_BYTES", 2 << 30)))
+        # a quarter of the worker's memory limit: room for several tasks' inputs, and the rest
+        # for the candidate
+        limit = int(os.environ.get("TE_MEM_LIMIT_BYTES", "0")) or (16 << 30)
+        self.inputs = InputCache(int(os.environ.get("TE_INPUT_CACHE_BYTES", max(limit // 4, 512 << 20))))
         self._warm_up()
         self.hook = LaunchHook()
         self.hook.install()
@@ -169,6 +173,7 @@ class Worker:
 
         if self.device != "cuda":
             return {"error": "timing needs a GPU"}
+        t0 = time.perf_counter()
         task = self.task(req["task"])
         module = self.load(req["source"])
         fn = getattr(module, task.entry)
@@ -176,14 +181,16 @@ class Worker:
         base_fn = getattr(base, task.entry) if base else task.reference
         if self.timer is None:
             self.timer = Timer()
+        peaks = self.timer.peaks()
+        setup_ms = round((time.perf_counter() - t0) * 1e3, 2)
         try:
             rows = [self.timer.time_case(task, fn, base_fn, module.__name__, self.hook, self._check_tamper,
-                                         case, req.get("trials", 21), self.inputs) for case in req["cases"]]
+                                         case, req.get("trials", 21)) for case in req["cases"]]
         except CandidateError as e:
             return {"error": str(e)}
         except BaseException as e:  # noqa: BLE001
             return {"error": _trim_trace(e), "fatal": _is_cuda_fault(e)}
-        return {"rows": rows, "peaks": self.timer.peaks()}
+        return {"rows": rows, "peaks": peaks, "setup_ms": setup_ms}
 
     def serve(self, fd_in: int, fd_out: int):
         protocol.send(fd_out, {"op": "ready", "pid": os.getpid(), "device": self.device_name(),

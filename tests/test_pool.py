@@ -63,3 +63,19 @@ def test_worker_recycled_after_n_requests(pool):
 def test_import_error_is_a_failed_stage_not_a_crash(pool):
     reply = ask(pool, "raise ValueError('nope')\n")
     assert reply["stage"] == "parse" and "nope" in reply["error"]
+
+
+def test_a_task_goes_back_to_the_worker_that_last_served_it():
+    """Its input cache holds that task's inputs. Plain first-free order would alternate here."""
+    from suites.builtin.common import start_source
+
+    p = WorkerPool(2, detect(), interpret=True, mem_limit_bytes=4 << 30, recycle_every=50)
+    row_sum = {"suite": "builtin", "name": "row_sum", "path": None}
+    try:
+        for task in (TASK, row_sum, TASK, TASK):
+            reply = p.request({"op": "correctness", "source": start_source(task["name"]), "task": task,
+                               "cases": [CASE]}, 60)
+            assert reply["stage"] == "call", reply
+        assert sorted(w.served for w in p.workers) == [1, 3]
+    finally:
+        p.close()
