@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-COMMANDS = ("check", "validate", "list")
+COMMANDS = ("search", "check", "validate", "list")
 
 
 class UsageError(Exception):
@@ -30,9 +30,31 @@ def _eval_opts(p: argparse.ArgumentParser):
     p.add_argument("--no-sandbox", action="store_true", help="run workers without bubblewrap")
 
 
+def _search_opts(p: argparse.ArgumentParser):
+    p.add_argument("--islands", type=int, default=4, help="islands per task (default 4)")
+    p.add_argument("--population", type=int, default=8, help="individuals per island (default 8)")
+    p.add_argument("--generations", type=int, default=10, help="generations per task (default 10)")
+    p.add_argument("--migration-interval", type=int, default=3,
+                   help="generations between migrations along the ring (default 3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--archive", default=None, help="SQLite archive (default runs/<suite>.db)")
+    p.add_argument("--export", default=None, metavar="DIR", help="export folder (default runs/<suite>-best)")
+    p.add_argument("--operators", default=None, help="knobs, llm or both (default: llm when one is "
+                   "configured, else knobs)")
+    p.add_argument("--budget-evals", type=int, default=None, help="stop a task after this many evaluations")
+    p.add_argument("--time-limit", type=float, default=None, help="stop the run after this many seconds")
+    p.add_argument("--target-speedup", type=float, default=None, help="stop a task once this speedup is reached")
+    p.add_argument("--fresh", action="store_true", help="start a new archive even if one exists")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="run.py", description="Evolve faster Triton kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("search", help="the evolutionary search (the default command)")
+    _common(p)
+    _eval_opts(p)
+    _filters(p)
+    _search_opts(p)
     p = sub.add_parser("check", help="evaluate one candidate kernel file; prints a JSON verdict")
     _common(p)
     _eval_opts(p)
@@ -41,10 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="evaluate every task's starting kernel")
     _common(p)
     _eval_opts(p)
-    p.add_argument("--tasks", default=None, help="comma-separated task names")
+    _filters(p)
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p = sub.add_parser("list", help="list the tasks of a suite")
     _common(p)
+    _filters(p)
     p.add_argument("--json", action="store_true")
     return parser
 
@@ -73,6 +96,18 @@ def _load(args):
     return load_suite(args.suite, args.suite_path)
 
 
+def _selected(args):
+    from suites.registry import select
+
+    return select(_load(args), args.tasks, getattr(args, "difficulty", None), getattr(args, "category", None))
+
+
+def _filters(p: argparse.ArgumentParser):
+    p.add_argument("--tasks", default=None, help="comma-separated task names")
+    p.add_argument("--difficulty", default=None, help="comma-separated difficulty levels, e.g. 3,4")
+    p.add_argument("--category", default=None, help="comma-separated categories")
+
+
 def cmd_check(args) -> int:
     from fitness.static_gate import MAX_SOURCE_BYTES
 
@@ -96,13 +131,8 @@ def cmd_check(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    tasks = _load(args)
+    tasks = _selected(args)
     names = list(tasks)
-    if args.tasks:
-        names = [n.strip() for n in args.tasks.split(",") if n.strip()]
-        missing = [n for n in names if n not in tasks]
-        if missing:
-            raise UsageError(f"unknown task(s) in suite {args.suite!r}: {', '.join(missing)}")
     with _evaluator(args) as ev:
         verdicts = ev.evaluate_many([(tasks[n], tasks[n].start_source) for n in names])
     if args.json:
@@ -128,7 +158,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_list(args) -> int:
-    tasks = _load(args)
+    tasks = _selected(args)
     if args.json:
         print(json.dumps([{"name": t.name, "category": t.category, "entry": t.entry, "dtypes": list(t.dtypes),
                            "difficulty": t.difficulty, "instruction": t.instruction,
@@ -141,12 +171,22 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_search(args) -> int:
+    from evolve.runner import run_search
+
+    return run_search(args)
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
+        argv.insert(0, "search")  # the main command: `run.py --suite S --islands N`
     args = build_parser().parse_args(argv)
     from suites.registry import SuiteError
 
     try:
-        return {"check": cmd_check, "validate": cmd_validate, "list": cmd_list}[args.command](args)
+        return {"search": cmd_search, "check": cmd_check, "validate": cmd_validate,
+                "list": cmd_list}[args.command](args)
     except (UsageError, SuiteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -28,3 +28,28 @@ def load_task(suite: str, name: str, path: str | None = None) -> Task:
     if name not in tasks:
         raise SuiteError(f"unknown task {name!r} in suite {suite!r} (known: {', '.join(sorted(tasks))})")
     return tasks[name]
+
+
+def select(tasks: dict[str, Task], names: str | None = None, difficulty: str | None = None,
+           category: str | None = None) -> dict[str, Task]:
+    """The subset the command-line filters ask for (comma-separated values); an empty result or
+    an unknown name is the user's error."""
+    chosen = dict(tasks)
+    if names:
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
+        missing = [n for n in wanted if n not in tasks]
+        if missing:
+            raise SuiteError(f"unknown task(s): {', '.join(missing)}")
+        chosen = {n: tasks[n] for n in wanted}
+    if difficulty:
+        try:
+            levels = {int(d) for d in difficulty.split(",") if d.strip()}
+        except ValueError:
+            raise SuiteError(f"--difficulty takes integers separated by commas, not {difficulty!r}") from None
+        chosen = {n: t for n, t in chosen.items() if t.difficulty in levels}
+    if category:
+        cats = {c.strip() for c in category.split(",") if c.strip()}
+        chosen = {n: t for n, t in chosen.items() if t.category in cats}
+    if not chosen:
+        raise SuiteError("no task matches the filters")
+    return chosen
