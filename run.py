@@ -172,9 +172,14 @@ def cmd_list(args) -> int:
 
 
 def cmd_search(args) -> int:
-    from evolve.runner import run_search
+    from archives.archive import ArchiveError
+    from evolve.runner import SearchError, run_search
+    from operators.registry import OperatorError
 
-    return run_search(args)
+    try:
+        return run_search(args, lambda: _evaluator(args))
+    except (SearchError, ArchiveError, OperatorError) as e:
+        raise UsageError(str(e)) from None
 
 
 def main(argv=None) -> int:

@@ -174,6 +174,7 @@ class WorkerPool:
         self._free = threading.Condition()
         self._last_task: dict[int, str] = {}
         self.restarts = 0
+        self.busy_s = 0.0  # summed time workers spent serving requests (a utilisation figure)
 
     def _take(self, task_key: str) -> WorkerProcess:
         with self._free:
@@ -192,6 +193,7 @@ class WorkerPool:
     def request(self, msg: dict, timeout_s: float) -> dict:
         """Reply of a worker, or raises WorkerFailure (that worker is then replaced)."""
         worker = self._take(repr(msg.get("task")))
+        t0 = time.monotonic()
         try:
             if worker.alive and worker.served >= self.recycle_every:
                 worker.kill()
@@ -202,6 +204,8 @@ class WorkerPool:
                 worker.kill()  # a CUDA fault poisons the context: never reuse this process
             return reply
         finally:
+            with self._free:
+                self.busy_s += time.monotonic() - t0
             self._give_back(worker)
 
     def info(self) -> dict:

@@ -48,7 +48,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     B, H, S, D = q.shape
     o = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)
     block_d = max(16, triton.next_power_of_2(D))  # tl.dot needs every dimension >= 16
-    grid = (triton.cdiv(S, 16), B * H)
+    grid = lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)  # follows BLOCK_M when it is tuned
     _attn_kernel[grid](
         q, k, v, o, H, S, D, D ** -0.5, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         BLOCK_M=16, BLOCK_N=16, BLOCK_D=block_d,

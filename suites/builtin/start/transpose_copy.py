@@ -18,7 +18,7 @@ def _transpose_kernel(x_ptr, y_ptr, M, N, sxm, sxn, sym, syn, BLOCK: tl.constexp
 def transpose_copy(x: torch.Tensor) -> torch.Tensor:
     M, N = x.shape
     y = torch.empty((N, M), device=x.device, dtype=x.dtype)
-    grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK"]), triton.cdiv(N, meta["BLOCK"]))
     _transpose_kernel[grid](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
                             BLOCK=32)
     return y

@@ -1,0 +1,164 @@
+"""`run.py --suite S ...`: the search over every selected task, resumable, exported on exit.
+
+Tasks run in threads, several at once; each submits its children to one shared evaluation
+queue in front of the evaluator, whose correctness workers run in parallel beside the single
+timing worker. So operators keep proposing while the GPU times, and the GPU always has work.
+Stopping (time limit, Ctrl-C) stops new work; evaluations already running finish and are
+recorded, the rest stay in the archive unevaluated and are picked up on resume.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from archives.archive import Archive
+from evolve.export import export
+from evolve.progress import Progress
+from evolve.task_search import SearchConfig, TaskSearch
+from operators.registry import build as build_operators
+from suites.registry import load_suite, select
+
+# a resumed run must keep these; the others (generations, budgets) may grow between sessions
+FIXED = ("suite", "suite_path", "islands", "population", "seed", "migration_interval", "operators")
+
+
+class SearchError(Exception):
+    """Bad options or an archive that does not fit them; the message is meant for the user."""
+
+
+def _check(args):
+    problems = []
+    if args.islands < 1:
+        problems.append("--islands must be at least 1")
+    if args.population < 2:
+        problems.append("--population must be at least 2")
+    if args.generations < 0:
+        problems.append("--generations must be 0 or more")
+    if args.migration_interval < 1:
+        problems.append("--migration-interval must be at least 1")
+    if args.budget_evals is not None and args.budget_evals < 1:
+        problems.append("--budget-evals must be at least 1")
+    if args.time_limit is not None and args.time_limit <= 0:
+        problems.append("--time-limit must be positive")
+    if problems:
+        raise SearchError("; ".join(problems))
+
+
+def _run_id(archive: Archive, config: dict, fresh: bool) -> tuple[int, str]:
+    latest = archive.latest_run()
+    if latest is None or fresh:
+        return archive.new_run(config["suite"], config), "new run"
+    old = latest["config"]
+    for key in FIXED:
+        if old.get(key) != config.get(key):
+            flag = "--" + key.replace("_", "-")
+            raise SearchError(f"archive {archive.path} holds run {latest['id']} made with {flag} {old.get(key)}; "
+                              f"this command asks for {config.get(key)}: add --fresh to start a new run in it, "
+                              "or give another --archive")
+    return latest["id"], f"resuming run {latest['id']}"
+
+
+def run_search(args, make_evaluator) -> int:
+    _check(args)
+    operators, operator_line = build_operators(args.operators)
+    tasks = select(load_suite(args.suite, args.suite_path), args.tasks, args.difficulty, args.category)
+    archive_path = Path(args.archive or f"runs/{args.suite}.db")
+    export_dir = Path(args.export or f"runs/{args.suite}-best")
+    config = {"suite": args.suite, "suite_path": args.suite_path, "islands": args.islands,
+              "population": args.population, "seed": args.seed, "migration_interval": args.migration_interval,
+              "operators": args.operators or "knobs", "generations": args.generations}
+    evaluator = make_evaluator()
+    try:
+        archive = Archive(archive_path)
+    except BaseException:
+        evaluator.close()
+        raise
+    try:
+        run_id, how = _run_id(archive, config, args.fresh)
+        search = SearchConfig(islands=args.islands, population=args.population, generations=args.generations,
+                              migration_interval=args.migration_interval, seed=args.seed,
+                              budget_evals=args.budget_evals, target_speedup=args.target_speedup)
+        print(f"triton-evolve: suite {args.suite}, {len(tasks)} task(s), {args.islands} island(s) x "
+              f"{args.population}, {args.generations} generation(s); archive {archive_path} ({how}); "
+              f"operators: {operator_line}", flush=True)
+        interrupted = _search(archive, run_id, tasks, search, operators, evaluator, args)
+        summary = export(archive, run_id, args.suite, list(tasks), export_dir, args.suite_path)
+        _report(summary, export_dir)
+        archive.set_status(run_id, "interrupted" if interrupted else "finished")
+    finally:
+        evaluator.close()
+        archive.close()
+    return 130 if interrupted else 0
+
+
+def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
+    stop = threading.Event()
+    progress = Progress(len(tasks))
+    t0 = time.monotonic()
+    workers = max(1, evaluator.config.workers)
+    evals = ThreadPoolExecutor(2 * workers + 1, thread_name_prefix="evaluate")
+
+    def submit(task, source) -> Future:
+        def job():
+            if stop.is_set():
+                return None  # not started before the stop: stays pending in the archive
+            return evaluator.evaluate(task, source)
+        return evals.submit(job)
+
+    def one(task):
+        ts = TaskSearch(task, archive, run_id, submit, operators, search, stop, on_event=progress)
+        status = ts.run()
+        progress.task_done(task.name, status)
+
+    timer = threading.Timer(args.time_limit, stop.set) if args.time_limit else None
+    if timer:
+        timer.daemon = True
+        timer.start()
+    interrupted = False
+    runner = ThreadPoolExecutor(min(len(tasks), max(2, workers)), thread_name_prefix="task")
+    futures = [runner.submit(one, t) for t in tasks.values()]
+    try:
+        while not all(f.done() for f in futures):
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        interrupted = True
+        stop.set()
+        print("stopping: the evaluations in flight finish and are recorded (Ctrl-C again to quit now)", flush=True)
+        try:
+            while not all(f.done() for f in futures):
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+    finally:
+        stop.set()
+        if timer:
+            timer.cancel()
+        for f in futures:
+            if f.done() and f.exception() and not interrupted:
+                raise f.exception()
+        runner.shutdown(wait=not interrupted, cancel_futures=True)
+        evals.shutdown(wait=not interrupted, cancel_futures=True)
+        wall = time.monotonic() - t0
+        busy = evaluator.timer.busy_s if evaluator.timer else None
+    line = f"{progress.evals} evaluations in {wall:.0f} s = {60 * progress.evals / max(wall, 1e-9):.1f}/min"
+    if busy is not None:
+        line += f"; GPU timing worker busy {100 * busy / max(wall, 1e-9):.0f}% of the wall time"
+    print(line, flush=True)
+    return interrupted
+
+
+def _report(summary: dict, export_dir: Path):
+    print(f"\n{'task':28} {'status':18} {'speedup':>8} {'vs start':>8} {'evals':>6}")
+    for e in summary["tasks"]:
+        sp = f"{e['speedup']:.3f}" if e.get("speedup") else "-"
+        vs = f"{e['vs_start']:.3f}" if e.get("vs_start") else "-"
+        print(f"{e['task']:28} {e['status']:18} {sp:>8} {vs:>8} {e['evaluations']:>6}"
+              + (f"  ({e['note']})" if e.get("note") else ""))
+    line = f"exported {summary['exported']}/{len(summary['tasks'])} to {export_dir}"
+    if summary["geomean_speedup"]:
+        line += f"; geometric-mean speedup {summary['geomean_speedup']:.3f}"
+    if summary["geomean_vs_start"]:
+        line += f", {summary['geomean_vs_start']:.3f} over the starting kernels"
+    print(line)

@@ -1,0 +1,189 @@
+"""The search for one task: N islands of P kernels, generation by generation.
+
+Generation 0 is the starting kernel plus P-1 mutants of it on each island. Each later generation:
+every island picks parents (tournament), its operators make P children, the children are
+evaluated (all islands' at once, through the shared evaluator), the best P of parents and
+children survive, and every M generations the best kernel of each island replaces the worst of
+the next one along the ring.
+
+Everything goes to the archive as it happens: a child when it is made, its evaluation when it
+completes, an island population when its generation has finished. Resuming therefore means:
+reload the last finished generation, take the children already made for the next one (evaluating
+those without an evaluation), and make only the ones still missing. A child whose normalized
+source was already seen in this run is never evaluated twice.
+"""
+from __future__ import annotations
+
+import random
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable
+
+from archives.archive import Archive
+from archives.codehash import code_hash
+from evolve.population import Kernel, Policy, kernel_from_row
+from operators.base import Context, Parent, WeightedOperator, pick
+from suites.task import Task
+
+START_ISLAND = -1  # the starting kernel belongs to every island
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    islands: int = 4
+    population: int = 8
+    generations: int = 10
+    migration_interval: int = 3
+    seed: int = 0
+    budget_evals: int | None = None  # per task
+    target_speedup: float | None = None
+    temperatures: tuple[float, ...] = ()  # per island, for LLM operators; islands differ in it
+
+
+class TaskSearch:
+    def __init__(self, task: Task, archive: Archive, run_id: int, submit: Callable[[Task, str], Future],
+                 operators: list[WeightedOperator], config: SearchConfig, stop: threading.Event,
+                 policy: Policy | None = None, on_event: Callable[[dict], None] | None = None):
+        self.task, self.archive, self.run_id = task, archive, run_id
+        self.submit, self.operators, self.config, self.stop = submit, operators, config, stop
+        self.policy = policy or Policy()
+        self.on_event = on_event or (lambda e: None)
+        self.known = {r["code_hash"] for r in archive.candidates(run_id, task.name)}
+        self.best: float | None = None
+        self.status = "running"
+
+    # -------------------------------------------------------------------------------------
+    def run(self) -> str:
+        state = self.archive.last_generation(self.run_id, self.task.name)
+        if state is None:
+            islands = self._generation_zero()
+            if islands is None:
+                return self._finish("stopped")
+            self.archive.save_generation(self.run_id, self.task.name, 0, [[k.id for k in p] for p in islands])
+            done = 0
+        else:
+            done, ids = state
+            islands = [[kernel_from_row(self.archive.candidate(i)) for i in members] for members in ids]
+        self._note_best(islands)
+        self._event(done, islands)
+        for gen in range(done + 1, self.config.generations + 1):
+            reason = self._should_stop()
+            if reason:
+                return self._finish(reason)
+            children = self._evaluate_generation(gen, islands)
+            if children is None:
+                return self._finish("stopped")
+            islands = [self.policy.replace(pop, kids, self.config.population) for pop, kids in zip(islands, children)]
+            if self.config.migration_interval and gen % self.config.migration_interval == 0:
+                self.policy.migrate(islands, self._rng(-1, gen))
+            self.archive.save_generation(self.run_id, self.task.name, gen, [[k.id for k in p] for p in islands])
+            self._note_best(islands)
+            self._event(gen, islands)
+        return self._finish(self._should_stop() or "done")
+
+    def _finish(self, status: str) -> str:
+        self.status = status
+        return status
+
+    def _should_stop(self) -> str:
+        if self.stop.is_set():
+            return "stopped"
+        if self.config.target_speedup and self.best and self.best >= self.config.target_speedup:
+            return "target reached"
+        if self.config.budget_evals and self.archive.evaluation_count(self.run_id, self.task.name) >= \
+                self.config.budget_evals:
+            return "evaluation budget spent"
+        return ""
+
+    def _rng(self, island: int, generation: int) -> random.Random:
+        return random.Random(f"{self.config.seed}/{self.task.name}/{island}/{generation}")
+
+    # -------------------------------------------------------------------------------------
+    def _generation_zero(self) -> list[list[Kernel]] | None:
+        starts = self.archive.candidates(self.run_id, self.task.name, START_ISLAND, 0)
+        if not starts:
+            h = code_hash(self.task.start_source)
+            self.known.add(h)
+            cid = self.archive.add_candidate(self.run_id, self.task.name, START_ISLAND, 0, self.task.start_source,
+                                             h, [], "start", "the task's starting kernel")
+            starts = [self.archive.candidate(cid)]
+        if not self._evaluate_pending(starts):
+            return None
+        start = kernel_from_row(self.archive.candidate(starts[0]["id"]))
+        seeds = [[start.copy()] for _ in range(self.config.islands)]
+        mutants = self._evaluate_generation(0, seeds, mutations_only=True)
+        if mutants is None:
+            return None
+        return [pop + kids for pop, kids in zip(seeds, mutants)]
+
+    def _evaluate_generation(self, gen: int, islands: list[list[Kernel]],
+                             mutations_only: bool = False) -> list[list[Kernel]] | None:
+        """Children of every island for this generation, all evaluated; None when stopped."""
+        want = self.config.population - (1 if mutations_only else 0)
+        if self.config.budget_evals:
+            left = self.config.budget_evals - self.archive.evaluation_count(self.run_id, self.task.name)
+            want = max(0, min(want, -(-left // max(1, len(islands)))))
+        rows = []
+        for i, pop in enumerate(islands):
+            have = self.archive.candidates(self.run_id, self.task.name, i, gen)
+            rows.append(have + self._make_children(i, gen, pop, want - len(have), mutations_only))
+        if not self._evaluate_pending([r for island in rows for r in island]):
+            return None
+        return [[kernel_from_row(self.archive.candidate(r["id"])) for r in island] for island in rows]
+
+    def _make_children(self, island: int, gen: int, pop: list[Kernel], n: int, mutations_only: bool) -> list[dict]:
+        if n <= 0 or self.stop.is_set():
+            return []
+        rng = self._rng(island, gen)
+        ops = [w for w in self.operators if w.operator.arity == 1] if mutations_only else self.operators
+        context = Context(self.task.name, self.task.instruction, self.task.entry, island, gen,
+                          self._temperature(island))
+        made, attempts = [], 0
+        while len(made) < n and attempts < 5 * n and not self.stop.is_set():
+            attempts += 1
+            op = pick(ops, rng)
+            parents = self.policy.parents(pop, op.arity, rng) if len(pop) > 1 else [pop[0]] * op.arity
+            child = op.propose([Parent(p.id, p.source, p.speedup, p.passed, p.error) for p in parents], context, rng)
+            if child is None:
+                continue
+            h = code_hash(child.source)
+            if h in self.known:
+                continue  # the same kernel was made before in this run: it is not evaluated again
+            self.known.add(h)
+            cid = self.archive.add_candidate(self.run_id, self.task.name, island, gen, child.source, h,
+                                             [p.id for p in parents], child.operator, child.note)
+            made.append(self.archive.candidate(cid))
+        return made
+
+    def _temperature(self, island: int) -> float | None:
+        t = self.config.temperatures
+        return t[island % len(t)] if t else None
+
+    def _evaluate_pending(self, rows: list[dict]) -> bool:
+        """Evaluates the rows that have no evaluation yet; False when stopped before all were."""
+        pending = [r for r in rows if r.get("evaluation_id") is None]
+        if pending and self.stop.is_set():
+            return False
+        futures = [(r, self.submit(self.task, r["source"])) for r in pending]
+        complete = True
+        for row, fut in futures:
+            verdict = fut.result()
+            if verdict is None:  # the run is stopping: left pending, evaluated on resume
+                complete = False
+                continue
+            self.archive.add_evaluation(row["id"], verdict.to_dict())
+            if verdict.passed and verdict.speedup:
+                self.best = max(self.best or 0.0, verdict.speedup)
+            self.on_event({"task": self.task.name, "evaluated": 1})
+        return complete
+
+    def _note_best(self, islands: list[list[Kernel]]):
+        for pop in islands:
+            for k in pop:
+                if k.passed and k.speedup:
+                    self.best = max(self.best or 0.0, k.speedup)
+
+    def _event(self, gen: int, islands: list[list[Kernel]]):
+        self.on_event({"task": self.task.name, "generation": gen, "of": self.config.generations, "best": self.best,
+                       "correct": sum(k.passed for pop in islands for k in pop)})
