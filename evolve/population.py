@@ -1,7 +1,7 @@
 """Individuals and the DEAP policies that act on islands: parent selection, elitist (mu + lambda)
 replacement and ring migration.
 
-An individual stands for one archived candidate. Its fitness is lexicographic: (passed the
+An individual stands for one archived candidate. Its fitness is lexicographic: (correct on the
 tuning shapes, speedup, how far it got in the cascade), so any correct kernel beats any broken
 one, speed decides among correct ones, and among broken ones a kernel that compiled and ran
 is a better parent than one that did not parse. Untimed correct kernels (no GPU) have speedup 0:
@@ -30,22 +30,22 @@ class Kernel:
     id: int
     code_hash: str
     source: str
-    passed: bool = False
+    correct: bool = False  # on the tuning shapes: held-out results never steer the search
     speedup: float | None = None
     stage: str = "none"
     error: str = ""
 
     def __post_init__(self):
         self.fitness = creator.KernelFitness()
-        self.fitness.values = (float(self.passed), float(self.speedup or 0.0) if self.passed else 0.0,
+        self.fitness.values = (float(self.correct), float(self.speedup or 0.0) if self.correct else 0.0,
                                float(STAGE_RANK.get(self.stage, 0)))
 
     def copy(self) -> "Kernel":
-        return Kernel(self.id, self.code_hash, self.source, self.passed, self.speedup, self.stage, self.error)
+        return Kernel(self.id, self.code_hash, self.source, self.correct, self.speedup, self.stage, self.error)
 
 
 def kernel_from_row(row: dict) -> Kernel:
-    return Kernel(row["id"], row["code_hash"], row["source"], bool(row.get("passed")), row.get("speedup"),
+    return Kernel(row["id"], row["code_hash"], row["source"], bool(row.get("correct")), row.get("speedup"),
                   row.get("stage") or "none", row.get("error") or "")
 
 

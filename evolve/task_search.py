@@ -144,7 +144,7 @@ class TaskSearch:
             attempts += 1
             op = pick(ops, rng)
             parents = self.policy.parents(pop, op.arity, rng) if len(pop) > 1 else [pop[0]] * op.arity
-            child = op.propose([Parent(p.id, p.source, p.speedup, p.passed, p.error) for p in parents], context, rng)
+            child = op.propose([Parent(p.id, p.source, p.speedup, p.correct, p.error) for p in parents], context, rng)
             if child is None:
                 continue
             h = code_hash(child.source)
@@ -181,9 +181,9 @@ class TaskSearch:
     def _note_best(self, islands: list[list[Kernel]]):
         for pop in islands:
             for k in pop:
-                if k.passed and k.speedup:
+                if k.correct and k.speedup:
                     self.best = max(self.best or 0.0, k.speedup)
 
     def _event(self, gen: int, islands: list[list[Kernel]]):
         self.on_event({"task": self.task.name, "generation": gen, "of": self.config.generations, "best": self.best,
-                       "correct": sum(k.passed for pop in islands for k in pop)})
+                       "correct": sum(k.correct for pop in islands for k in pop)})

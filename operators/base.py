@@ -14,7 +14,7 @@ class Parent:
     id: int
     source: str
     speedup: float | None = None  # None: correct but untimed (no GPU), or failed
-    passed: bool = False
+    correct: bool = False  # on the tuning shapes
     error: str = ""
 
 

@@ -1,0 +1,83 @@
+"""The SQLite archive: schema, WAL, refusal to touch files that are not ours, round trips."""
+import sqlite3
+
+import pytest
+
+from archives.archive import SCHEMA_VERSION, Archive, ArchiveError
+from archives.codehash import code_hash
+
+
+def test_tables_wal_and_schema_version(tmp_path):
+    a = Archive(tmp_path / "a.db")
+    a.close()
+    conn = sqlite3.connect(tmp_path / "a.db")
+    tables = {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
+    assert {"meta", "runs", "candidates", "evaluations", "populations", "llm_calls"} <= tables
+    assert conn.execute("pragma journal_mode").fetchone()[0] == "wal"
+    assert dict(conn.execute("select key, value from meta"))["schema_version"] == str(SCHEMA_VERSION)
+
+
+def test_round_trip_of_a_candidate_and_its_evaluation(tmp_path):
+    a = Archive(tmp_path / "a.db")
+    run = a.new_run("builtin", {"islands": 2})
+    cid = a.add_candidate(run, "softmax", 0, 1, "src", "h1", [7, 8], "knob_mutation", "BLOCK 128->64")
+    assert a.candidate(cid)["evaluation_id"] is None
+    a.add_evaluation(cid, {"stage": "timed", "correct": True, "heldout_correct": True, "passed": True,
+                           "speedup": 1.5, "times": [{"shape": {}}], "device": "gpu", "flags": [], "reason": "ok"})
+    row = a.candidate(cid)
+    assert row["passed"] is True and row["speedup"] == 1.5 and row["parent_ids"] == [7, 8]
+    assert a.evaluation_count(run, "softmax") == 1
+    with pytest.raises(sqlite3.IntegrityError):  # one evaluation per candidate, ever
+        a.add_evaluation(cid, {"stage": "none"})
+    a.save_generation(run, "softmax", 0, [[cid], [cid]])
+    a.save_generation(run, "softmax", 1, [[cid], []])
+    assert a.last_generation(run, "softmax") == (1, [[cid], []])
+    assert a.latest_run()["config"] == {"islands": 2}
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"hello, not a database at all", "not an SQLite database"),
+    (b"SQLite format 3\x00" + b"\x00" * 200, "not a readable SQLite database"),
+])
+def test_a_file_that_is_not_an_archive_is_left_untouched(tmp_path, content, message):
+    path = tmp_path / "x.db"
+    path.write_bytes(content)
+    with pytest.raises(ArchiveError, match=message):
+        Archive(path)
+    assert path.read_bytes() == content
+
+
+def test_another_tools_database_is_refused(tmp_path):
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("create table things (x)")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(ArchiveError, match="another tool"):
+        Archive(path)
+    assert path.read_bytes() == before
+
+
+def test_another_schema_version_is_refused(tmp_path):
+    Archive(tmp_path / "a.db").close()
+    conn = sqlite3.connect(tmp_path / "a.db")
+    conn.execute("update meta set value = '999' where key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(ArchiveError, match="schema version 999"):
+        Archive(tmp_path / "a.db")
+
+
+def test_unwritable_path_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ArchiveError, match="cannot write the archive"):
+        Archive(blocker / "sub" / "a.db")
+
+
+def test_code_hash_ignores_comments_docstrings_and_layout():
+    a = 'def f(x):\n    """doc"""\n    return x + 1  # add\n'
+    b = "def f(x):\n\n    return (x + 1)\n"
+    assert code_hash(a) == code_hash(b)
+    assert code_hash(a) != code_hash("def f(x):\n    return x + 2\n")
