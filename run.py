@@ -22,7 +22,8 @@ def _eval_opts(p: argparse.ArgumentParser):
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="cpu runs kernels under the Triton interpreter, untimed")
     p.add_argument("--seeds", default="0,1", help="input seeds, comma separated (default 0,1)")
-    p.add_argument("--workers", type=int, default=1, help="parallel correctness workers")
+    p.add_argument("--workers", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),
+                   help="parallel correctness workers (default: half the CPU cores, at most 8)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds for one candidate's correctness run")
     p.add_argument("--trials", type=int, default=21, help="interleaved timing trials per shape")
     p.add_argument("--baseline", choices=("reference", "start"), default="reference",
