@@ -52,7 +52,9 @@ class Evaluator:
         mem = int(config.mem_limit_gb * 2**30)
         self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.recycle_every,
                                config.triton_cache)
-        self.timer = WorkerPool(1, self.sandbox, False, mem, config.recycle_every,
+        # the timing worker only sees candidates that already passed correctness elsewhere, and a
+        # restart costs its start-up and its GPU input cache: recycled ten times less often
+        self.timer = WorkerPool(1, self.sandbox, False, mem, 10 * config.recycle_every,
                                 config.triton_cache) if self.gpu else None
         self.references = references or ReferenceCache(config.reference_cache_bytes)
 
