@@ -14,8 +14,11 @@ class UsageError(Exception):
 
 
 def _common(p: argparse.ArgumentParser):
-    p.add_argument("--suite", default="builtin", help="suite name (builtin)")
-    p.add_argument("--suite-path", default=None, help="folder holding the suite's data")
+    p.add_argument("--suite", default="builtin", help="builtin, tritonbench, rocm or kernelbench")
+    p.add_argument("--suite-path", default=None, help="folder holding the suite's data (else $TRITON_EVOLVE_DATA, "
+                   "else a per-user cache filled by download)")
+    p.add_argument("--validation", default=None, metavar="FILE",
+                   help="validate's record of the tasks invalid here (default runs/<suite>-validation.json)")
 
 
 def _eval_opts(p: argparse.ArgumentParser):
@@ -66,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _eval_opts(p)
     _filters(p)
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    p.add_argument("--no-time", action="store_true", help="check that references run, without timing them")
     p = sub.add_parser("list", help="list the tasks of a suite")
     _common(p)
     _filters(p)
@@ -131,44 +135,89 @@ def cmd_check(args) -> int:
     return 0
 
 
+def _validation_path(args):
+    from suites.validation import default_path
+
+    return default_path(args.suite) if not args.validation else __import__("pathlib").Path(args.validation)
+
+
 def cmd_validate(args) -> int:
+    from suites import validation
+
     tasks = _selected(args)
+    _warn_problems(tasks)
     names = list(tasks)
     with _evaluator(args) as ev:
-        verdicts = ev.evaluate_many([(tasks[n], tasks[n].start_source) for n in names])
+        verdicts = ev.evaluate_many([(tasks[n], tasks[n].start_source) for n in names], timed=not args.no_time)
+        weak = {n: tasks[n].script is not None and not ev.reference_status(tasks[n]) and
+                ev.script_refs.get(tasks[n]).weak for n in names}
     if args.json:
         print(json.dumps([v.to_dict() for v in verdicts], indent=1))
-    else:
-        print(f"{'task':24} {'stage':8} {'held-out':8} {'speedup':>8}  note")
-        for v in verdicts:
-            sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
-            note = "" if v.passed else v.reason.splitlines()[0][:100] if v.reason else ""
-            print(f"{v.task:24} {v.stage:8} {'ok' if v.heldout_correct else 'FAIL':8} {sp:>8}  {note}")
-        ok = sum(v.passed for v in verdicts)
-        timed = [v.speedup for v in verdicts if v.speedup is not None]
-        line = f"{ok}/{len(verdicts)} starting kernels correct (tuning and held-out shapes)"
-        if timed:
-            from fitness.verdict import geomean
+        return 0
+    print(f"{'task':32} {'status':12} {'held-out':8} {'speedup':>8}  note")
+    for v in verdicts:
+        sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
+        status = "invalid-here" if "invalid-here" in v.flags else v.stage
+        note = ("weak-test " if weak[v.task] else "") + \
+            ("" if v.passed else validation.short_reason(v.reason)[:110] if v.reason else "")
+        print(f"{v.task:32} {status:12} {'ok' if v.heldout_correct else 'FAIL':8} {sp:>8}  {note}")
+    ok = sum(v.passed for v in verdicts)
+    timed = [v.speedup for v in verdicts if v.speedup is not None]
+    what = "references" if any(tasks[n].script is not None for n in names) else "starting kernels"
+    line = f"{ok}/{len(verdicts)} {what} correct (tuning and held-out cases)"
+    if timed:
+        from fitness.verdict import geomean
 
-            line += f"; geometric-mean speedup vs {verdicts[0].baseline}: {geomean(timed):.3f} over {len(timed)} timed"
-        else:
-            line += "; " + (verdicts[0].timing if verdicts and verdicts[0].timing else "none timed")
-        print(line)
-        print(f"device: {verdicts[0].device if verdicts else '?'}; sandbox: {verdicts[0].sandbox if verdicts else '?'}")
+        line += f"; geometric-mean speedup vs {verdicts[0].baseline}: {geomean(timed):.3f} over {len(timed)} timed"
+    else:
+        line += "; " + (verdicts[0].timing if verdicts and verdicts[0].timing else "none timed")
+    print(line)
+    device = verdicts[0].device if verdicts else "?"
+    print(f"device: {device}; sandbox: {verdicts[0].sandbox if verdicts else '?'}")
+    if verdicts and device:
+        entries = {v.task: validation.entry(v, weak[v.task]) for v in verdicts}
+        for text in validation.summary(entries):
+            print(text)
+        path = _validation_path(args)
+        validation.merge(path, args.suite, device, entries)
+        print(f"recorded in {path}")
     return 0
 
 
+def _warn_problems(tasks):
+    for p in getattr(tasks, "problems", []):
+        print(f"warning: {p}", file=sys.stderr)
+
+
 def cmd_list(args) -> int:
+    from collections import Counter
+
+    from suites import validation
+
     tasks = _selected(args)
+    _warn_problems(tasks)
+    marks = validation.read(_validation_path(args)).get("tasks", {})
+
+    def tags(name):
+        e = marks.get(name, {})
+        return ",".join(t for t, on in (("invalid-here", e.get("status") == validation.INVALID),
+                                        ("weak-test", e.get("weak_test"))) if on)
     if args.json:
         print(json.dumps([{"name": t.name, "category": t.category, "entry": t.entry, "dtypes": list(t.dtypes),
-                           "difficulty": t.difficulty, "instruction": t.instruction,
+                           "difficulty": t.difficulty, "marks": tags(t.name), "instruction": t.instruction,
                            "start_source": t.start_source} for t in tasks.values()], indent=1))
         return 0
-    print(f"{'task':24} {'category':15} {'entry':24} dtypes")
+    print(f"{'task':40} {'category':14} {'diff':4} {'entry':28} marks")
     for t in tasks.values():
-        print(f"{t.name:24} {t.category:15} {t.entry:24} {','.join(t.dtypes)}")
+        print(f"{t.name:40} {t.category:14} {t.difficulty if t.difficulty is not None else '-'!s:4} "
+              f"{t.entry:28} {tags(t.name)}")
     print(f"{len(tasks)} tasks in suite {args.suite!r}")
+    diff = Counter(t.difficulty for t in tasks.values())
+    print("by difficulty: " + ", ".join(f"{d if d is not None else '-'}: {n}"
+                                         for d, n in sorted(diff.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))))
+    print("by category: " + ", ".join(f"{c}: {n}" for c, n in sorted(Counter(t.category for t in tasks.values()).items())))
+    if not marks:
+        print(f"(no validation record at {_validation_path(args)}: run validate to mark invalid-here and weak-test tasks)")
     return 0
 
 

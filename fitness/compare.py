@@ -17,7 +17,7 @@ def dtype_name(t: torch.Tensor | torch.dtype) -> str:
     return str(d).removeprefix("torch.")
 
 
-def compare_outputs(outs, refs, tolerance: dict, expected=None, slack: float = 1.0) -> str:
+def compare_outputs(outs, refs, tolerance: dict, expected=None, slack: float = 1.0, scaled: bool = False) -> str:
     """'' when every output matches, else a one-line description of the first mismatch.
 
     `expected`: [(dtype name, shape)] the outputs must have; defaults to the refs' own.
@@ -38,7 +38,13 @@ def compare_outputs(outs, refs, tolerance: dict, expected=None, slack: float = 1
         atol, rtol = (v * slack for v in tolerance[dt])
         # on the outputs' own device: the timing worker compares on the GPU, the engine on the CPU
         o64 = o.detach().to(torch.float64)
-        problem = _mismatch(o64, r.detach().to(o64.device, torch.float64), atol, rtol)
+        r64 = r.detach().to(o64.device, torch.float64)
+        if scaled and r64.numel():
+            # atol relative to the tensor's magnitude: two kernels that sum in different orders
+            # differ by a few ulps of the partial sums, not of each (possibly cancelled) element
+            finite = r64[torch.isfinite(r64)]
+            atol *= max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
+        problem = _mismatch(o64, r64, atol, rtol)
         if problem:
             return f"output {i} ({dt}): {problem}"
     return ""
@@ -66,3 +72,67 @@ def _mismatch(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> str
     o, r = o.cpu(), r.cpu()
     return (f"{n_bad} of {o.numel()} elements outside tolerance (atol {atol:g}, rtol {rtol:g}); "
             f"worst at {idx}: got {o.flatten()[worst].item():.6g}, expected {r.flatten()[worst].item():.6g}")
+
+
+def compare_tree(out, ref, tolerance: dict, slack: float = 1.0, path: str = "result") -> str:
+    """Like compare_outputs for whatever a test script returns: dicts, lists and tuples are walked
+    to every leaf (none is skipped), tensors compared element-wise with a magnitude-scaled atol,
+    numbers within the float32 tolerance, anything else by equality."""
+    if isinstance(ref, torch.Tensor):
+        if type(out) is not torch.Tensor:
+            return f"{path}: got a {type(out).__name__}, expected a tensor"
+        problem = compare_outputs([out], [ref], tolerance, slack=slack, scaled=True)
+        return f"{path}: {problem.removeprefix('output 0 ')}" if problem else ""
+    if isinstance(ref, dict):
+        if not isinstance(out, dict):
+            return f"{path}: got a {type(out).__name__}, expected a dict"
+        if set(out) != set(ref):
+            return f"{path}: keys {sorted(map(str, out))} differ from the reference's {sorted(map(str, ref))}"
+        for k in ref:
+            problem = compare_tree(out[k], ref[k], tolerance, slack, f"{path}[{k!r}]")
+            if problem:
+                return problem
+        return ""
+    if isinstance(ref, (list, tuple)):
+        if not isinstance(out, (list, tuple)) or len(out) != len(ref):
+            return f"{path}: got {_describe(out)}, expected a sequence of {len(ref)}"
+        for i, (o, r) in enumerate(zip(out, ref)):
+            problem = compare_tree(o, r, tolerance, slack, f"{path}[{i}]")
+            if problem:
+                return problem
+        return ""
+    if isinstance(ref, float) and not isinstance(out, bool) and isinstance(out, (int, float)):
+        atol, rtol = (v * slack for v in tolerance.get("float32", (1e-5, 1e-5)))
+        if out == ref or abs(out - ref) <= atol * max(1.0, abs(ref)) + rtol * abs(ref):
+            return ""
+        return f"{path}: got {out!r}, expected {ref!r}"
+    if type(out) is not type(ref) or out != ref:
+        return f"{path}: got {_describe(out)}, expected {_describe(ref)}"
+    return ""
+
+
+def _describe(x) -> str:
+    text = repr(x) if not isinstance(x, torch.Tensor) else f"a tensor of shape {tuple(x.shape)}"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def is_weak(tree) -> bool:
+    """True when no leaf is a tensor of more than one element: only shapes, flags or scalars,
+    which a wrong kernel can reproduce."""
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() <= 1
+    if isinstance(tree, dict):
+        return all(is_weak(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return all(is_weak(v) for v in tree)
+    return True
+
+
+def count_elements(tree) -> int:
+    if isinstance(tree, torch.Tensor):
+        return tree.numel()
+    if isinstance(tree, dict):
+        return sum(count_elements(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(count_elements(v) for v in tree)
+    return 0

@@ -17,7 +17,8 @@ from fitness.compare import compare_outputs
 from fitness.pool import WorkerFailure, WorkerPool
 from fitness.reference import ReferenceCache
 from fitness.sandbox import detect
-from fitness.static_gate import check_source
+from fitness.script_eval import ScriptReferences
+from fitness.static_gate import allowance, check_source
 from fitness.verdict import Verdict, speedup_from_rows
 from suites.task import Task
 
@@ -57,6 +58,8 @@ class Evaluator:
         self.timer = WorkerPool(1, self.sandbox, False, mem, 10 * config.recycle_every,
                                 config.triton_cache) if self.gpu else None
         self.references = references or ReferenceCache(config.reference_cache_bytes)
+        self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s, self._task_spec)
+        self._allowances: dict[str, frozenset] = {}
 
     def close(self):
         self.pool.close()
@@ -70,25 +73,27 @@ class Evaluator:
         self.close()
 
     # -------------------------------------------------------------------------------------
-    def evaluate_many(self, items: list[tuple[Task, str]]) -> list[Verdict]:
+    def evaluate_many(self, items: list[tuple[Task, str]], timed: bool = True) -> list[Verdict]:
         # twice as many threads as correctness workers: while some candidates wait for the single
         # timing worker, the correctness workers already run the next ones
         with ThreadPoolExecutor(max(1, 2 * self.config.workers)) as ex:
-            return list(ex.map(lambda it: self.evaluate(*it), items))
+            return list(ex.map(lambda it: self.evaluate(*it, timed=timed), items))
 
-    def evaluate(self, task: Task, source: str | bytes) -> Verdict:
+    def evaluate(self, task: Task, source: str | bytes, timed: bool = True) -> Verdict:
         t0 = time.monotonic()
         v = Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._baseline_name(task))
         if not self.sandbox.isolated:
             v.flags.append("no-sandbox")
-        gate = check_source(source, task.entry)
+        gate = check_source(source, task.entry, self._allowance(task))
         if not gate.ok:
             v.reason = f"static gate: {gate.reason}"
         else:
             source = source.decode() if isinstance(source, bytes) else source
             v.stage = "parse"
-            if self._correctness(task, source, v) and self.gpu:
+            if self._correctness(task, source, v) and self.gpu and timed:
                 self._timing(task, source, v)
+            elif v.passed and self.gpu:
+                v.timing = "not timed: asked not to (--no-time)"
             elif v.passed:
                 v.timing = "not timed: no GPU here; correctness ran under the Triton interpreter on CPU"
                 v.flags.append("untimed-no-gpu")
@@ -101,7 +106,21 @@ class Evaluator:
         return v
 
     def _baseline_name(self, task: Task) -> str:
+        if task.script is not None:
+            return task.script.baseline_name
         return "starting kernel" if self.config.baseline == "start" else "PyTorch reference"
+
+    def _allowance(self, task: Task) -> frozenset:
+        """What the gate lets a script task's candidates use: what the suite's reference uses."""
+        if task.script is None:
+            return frozenset()
+        if task.name not in self._allowances:
+            self._allowances[task.name] = allowance(task.script.reference_source)
+        return self._allowances[task.name]
+
+    def reference_status(self, task: Task) -> str:
+        """'' when the task's reference runs here, else why not (script tasks; builtin always run)."""
+        return self.script_refs.get(task).error if task.script is not None else ""
 
     def _cases(self, task: Task) -> list[dict]:
         shapes = task.shape_set(self.interpret)
@@ -117,11 +136,23 @@ class Evaluator:
         return {"suite": task.suite, "name": task.name, "path": self.config.suite_path}
 
     def _correctness(self, task: Task, source: str, v: Verdict) -> bool:
-        cases = self._cases(task)
+        spec = self._task_spec(task)
+        if task.script is not None:
+            ref = self.script_refs.get(task)
+            if ref.error:
+                v.reason = ref.error
+                v.flags.append("invalid-here")
+                return False
+            cases = self.script_refs.cases(ref)
+            req = {"op": "script", "source": source, "task": spec, "cases": cases}
+            check = lambda case, res: self.script_refs.check(task, ref, case, res)
+        else:
+            cases = self._cases(task)
+            req = {"op": "correctness", "source": source, "task": spec, "cases": cases}
+            check = lambda case, res: self._check_case(task, case, res.get("outputs"))
         t0 = time.monotonic()
         try:
-            reply = self.pool.request({"op": "correctness", "source": source, "task": self._task_spec(task),
-                                       "cases": cases}, self.config.timeout_s)
+            reply = self.pool.request(req, self.config.timeout_s)
         except WorkerFailure as e:
             v.reason = str(e)
             v.flags.append("worker-replaced")
@@ -130,7 +161,7 @@ class Evaluator:
         t1 = time.monotonic()
         results = reply.get("results", [])
         for case, res in zip(cases, results):
-            problem = self._check_case(task, case, res.get("outputs"))
+            problem = check(case, res)
             v.cases.append({**case, "ok": not problem, "error": problem})
         v.phases.update(worker_s=round(t1 - t0, 3), reference_compare_s=round(time.monotonic() - t1, 3))
         if reply.get("error"):
@@ -164,12 +195,15 @@ class Evaluator:
 
     # -------------------------------------------------------------------------------------
     def _timing(self, task: Task, source: str, v: Verdict):
-        shapes = task.shape_set(False).tuning
+        if task.script is not None:
+            shapes = tuple({"perf": i} for i in self.script_refs.get(task).timed)
+        else:
+            shapes = task.shape_set(False).tuning
         seed = self.config.seeds[0] + 7
         cases = [{"shape": dict(s), "dtype": dt, "seed": seed} for s in shapes for dt in task.dtypes]
         req = {"op": "timing", "source": source, "task": self._task_spec(task), "cases": cases,
                "trials": self.config.trials}
-        if self.config.baseline == "start":
+        if self.config.baseline == "start" and task.script is None:
             req["baseline_source"] = task.start_source
         t0 = time.monotonic()
         try:
@@ -184,7 +218,7 @@ class Evaluator:
         v.phases["timing_s"] = round(time.monotonic() - t0, 3)  # waiting for the timing worker included
         v.phases["timing_setup_s"] = round(reply.get("setup_ms", 0) / 1e3, 3)
         v.times = reply["rows"]
-        v.speedup, flags = speedup_from_rows(v.times, reply.get("peaks"))
+        v.speedup, flags = speedup_from_rows(v.times, reply.get("peaks"), floor=task.script is None)
         v.flags += flags
         methods = sorted({r["method"] for r in v.times})
         v.timing = (f"median of {self.config.trials} interleaved trials per shape, L2 flushed, "

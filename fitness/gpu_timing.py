@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from fitness.compare import compare_outputs
+from fitness.compare import compare_outputs, compare_tree
 from fitness.harness import CandidateError, poison, to_device
 
 # private references, taken at import (before any candidate is loaded) so patching the public
@@ -67,7 +67,7 @@ class SetCache:
         return draws
 
     def _draw(self, task, case, seed) -> tuple:
-        args = task.make_inputs(case["shape"], getattr(torch, case["dtype"]), torch.Generator().manual_seed(seed))
+        args = task.make_inputs(case["shape"], getattr(torch, case["dtype"], None), torch.Generator().manual_seed(seed))
         return tuple(to_device(a, self.device) for a in args)
 
 
@@ -125,6 +125,7 @@ class Timer:
     # -------------------------------------------------------------------------------------
     def time_case(self, task, fn, base_fn, module_name, hook, check_tamper, case, trials) -> dict:
         tol = task.tolerance
+        tree = task.script is not None
         t_start = _clock()
         draw, spare = self.sets.get(task, case)
         first = _copies(draw)
@@ -138,9 +139,10 @@ class Timer:
         _sync()
         t_warm = _clock()
         check_tamper()
-        _compare(out_c, out_b, tol, "warm-up call")
+        _compare(out_c, out_b, tol, "warm-up call", tree)
         t_one = max(self._median_ms(lambda: fn(*first), 3), self._median_ms(lambda: base_fn(*first), 3))
-        poison(out_c, out_b)
+        if not tree:  # a script task's result may be its inputs (in-place kernels): keep them
+            poison(out_c, out_b)
         t_calibrated = _clock()
 
         n_sets = max(math.ceil(2 * self.l2_bytes / max(in_bytes, 1)), math.ceil(MIN_REGION_MS / max(t_one, 1e-4)))
@@ -167,7 +169,7 @@ class Timer:
             run_b()
             _sync()
             for oc, ob in zip(outs_c, outs_b):
-                _compare(oc, ob, tol, "timed (graph) call on re-drawn inputs")
+                _compare(oc, ob, tol, "timed (graph) call on re-drawn inputs", tree)
         except CandidateError:
             raise
         except Exception:  # noqa: BLE001 - not capturable: time eagerly, both sides alike
@@ -200,7 +202,7 @@ class Timer:
         if total > wall_ms * 1.02 + 0.5:
             raise CandidateError(f"timings add up to {total:.1f} ms inside {wall_ms:.1f} ms of wall time")
         if method == "eager" and outs_c:
-            _compare(outs_c[-1], outs_b[-1], tol, "timed (eager) call")
+            _compare(outs_c[-1], outs_b[-1], tol, "timed (eager) call", tree)
         med_c = statistics.median(times["c"]) / n_sets
         med_b = statistics.median(times["b"]) / n_sets
         poison(outs_c, outs_b, sets)
@@ -241,7 +243,9 @@ def _spread(times) -> float:
     return (q[2] - q[0]) / statistics.median(times)
 
 
-def _compare(out_c, out_b, tol, where):
-    problem = compare_outputs(out_c, out_b, tol, slack=4.0)
+def _compare(out_c, out_b, tol, where, tree=False):
+    # a script task's call returns whatever its suite's call returns: a tree, not a tensor list
+    problem = (compare_tree(out_c, out_b, tol, slack=4.0, path="output") if tree
+               else compare_outputs(out_c, out_b, tol, slack=4.0))
     if problem:
         raise CandidateError(f"{where}: candidate and baseline disagree: {problem}")

@@ -35,6 +35,8 @@ class CandidateError(Exception):
 
 def to_device(a, device):
     """A fresh copy on the device with the same strides (and the gaps between them)."""
+    if isinstance(a, (list, tuple)) and type(a) in (list, tuple):
+        return type(a)(to_device(x, device) for x in a)
     if not isinstance(a, torch.Tensor):
         return a
     base = torch.empty(0, dtype=torch.uint8, device=a.device).set_(a.untyped_storage()).to(device, copy=True)
@@ -55,7 +57,9 @@ class InputCache:
         seed = case["seed"] if seed is None else seed
         key = task.case_key(case, seed)
         if key not in self.items:
-            args = task.make_inputs(case["shape"], getattr(torch, case["dtype"]), torch.Generator().manual_seed(seed))
+            # a dtype that is not torch's ("given"): the suite's inputs come in their own dtypes
+            args = task.make_inputs(case["shape"], getattr(torch, case["dtype"], None),
+                                    torch.Generator().manual_seed(seed))
             size = sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))
             while self.items and self.bytes + size > self.max_bytes:
                 old = self.items.pop(next(iter(self.items)))

@@ -8,6 +8,7 @@ The worker repeats the important checks at run time; this gate gives the fast, c
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 MAX_SOURCE_BYTES = 1 << 20
@@ -44,7 +45,9 @@ class GateResult:
     reason: str = ""
 
 
-def check_source(source: str | bytes, entry: str) -> GateResult:
+def check_source(source: str | bytes, entry: str, tolerated: frozenset = frozenset()) -> GateResult:
+    """`tolerated`: problems (as `allowance` gives them) that the suite's own reference has; a
+    candidate may use what the reference it descends from uses."""
     if isinstance(source, bytes):
         if len(source) > MAX_SOURCE_BYTES:
             return GateResult(False, f"source is {len(source)} bytes, over the {MAX_SOURCE_BYTES} limit")
@@ -64,7 +67,7 @@ def check_source(source: str | bytes, entry: str) -> GateResult:
         return GateResult(False, f"not valid Python: {e.msg} (line {e.lineno})")
     except (ValueError, RecursionError, MemoryError) as e:
         return GateResult(False, f"cannot parse: {e}")
-    problem = _first_banned(tree)
+    problem = next((p for p in _banned(tree) if _key(p) not in tolerated), "")
     if problem:
         return GateResult(False, problem)
     if not _defines_function(tree, entry):
@@ -74,46 +77,58 @@ def check_source(source: str | bytes, entry: str) -> GateResult:
     return GateResult(True)
 
 
-def _first_banned(tree: ast.AST) -> str:
+def allowance(reference_source: str) -> frozenset:
+    """The gate's problems with a suite's reference, without line numbers."""
+    try:
+        return frozenset(_key(p) for p in _banned(ast.parse(reference_source)))
+    except (SyntaxError, ValueError, RecursionError):
+        return frozenset()
+
+
+def _key(problem: str) -> str:
+    return re.sub(r" \(line \d+\)$", "", problem)
+
+
+def _banned(tree: ast.AST):
+    """Every problem, in source-walk order."""
     aliases = set(IMPORT_ROOTS)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name not in ALLOWED_IMPORTS:
-                    return f"import of {a.name!r} is not allowed in a kernel (line {node.lineno})"
+                    yield f"import of {a.name!r} is not allowed in a kernel (line {node.lineno})"
                 aliases.add((a.asname or a.name).split(".")[0])
         elif isinstance(node, ast.ImportFrom):
             mod = node.module or ""
             if node.level or mod not in ALLOWED_IMPORTS:
-                return f"import from {mod or '.'!r} is not allowed in a kernel (line {node.lineno})"
+                yield f"import from {mod or '.'!r} is not allowed in a kernel (line {node.lineno})"
             for a in node.names:
                 full = f"{mod}.{a.name}"
                 if a.name == "*" or (full not in ALLOWED_IMPORTS and a.name in BANNED_ATTRS | BANNED_CALLS):
-                    return f"import of {full!r} is not allowed in a kernel (line {node.lineno})"
+                    yield f"import of {full!r} is not allowed in a kernel (line {node.lineno})"
                 aliases.add(a.asname or a.name)
         elif isinstance(node, ast.Name) and node.id in BANNED_CALLS:
-            return f"use of {node.id}() is not allowed in a kernel (line {node.lineno})"
+            yield f"use of {node.id}() is not allowed in a kernel (line {node.lineno})"
         elif isinstance(node, ast.Name) and node.id == "__builtins__":
-            return f"use of __builtins__ is not allowed in a kernel (line {node.lineno})"
+            yield f"use of __builtins__ is not allowed in a kernel (line {node.lineno})"
         elif isinstance(node, ast.Attribute):
             attr = node.attr
             if attr in BANNED_ATTRS:
-                return f"use of .{attr} is not allowed in a kernel (line {node.lineno})"
-            if attr.startswith("__") and attr not in ALLOWED_DUNDERS:
-                return f"use of .{attr} is not allowed in a kernel (line {node.lineno})"
-            if attr.startswith("_") and _root_name(node) in aliases:
-                return f"private attribute .{attr} of a library is not allowed (line {node.lineno})"
+                yield f"use of .{attr} is not allowed in a kernel (line {node.lineno})"
+            elif attr.startswith("__") and attr not in ALLOWED_DUNDERS:
+                yield f"use of .{attr} is not allowed in a kernel (line {node.lineno})"
+            elif attr.startswith("_") and _root_name(node) in aliases:
+                yield f"private attribute .{attr} of a library is not allowed (line {node.lineno})"
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for t in targets:
                 for sub in ast.walk(t):
                     if isinstance(sub, ast.Attribute) and _root_name(sub) in aliases:
-                        return (f"assigning to a library attribute ({ast.unparse(sub)}) is not allowed "
+                        yield (f"assigning to a library attribute ({ast.unparse(sub)}) is not allowed "
                                 f"(line {node.lineno})")
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             # module-level mutable state across calls is how result caches are kept
-            return f"'{type(node).__name__.lower()}' statements are not allowed in a kernel (line {node.lineno})"
-    return ""
+            yield f"'{type(node).__name__.lower()}' statements are not allowed in a kernel (line {node.lineno})"
 
 
 def _root_name(node: ast.AST) -> str | None:
@@ -124,7 +139,7 @@ def _root_name(node: ast.AST) -> str | None:
 
 def _defines_function(tree: ast.Module, name: str) -> bool:
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
             return True
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             return True

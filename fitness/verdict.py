@@ -43,15 +43,17 @@ def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-def speedup_from_rows(rows: list[dict], peaks: dict | None) -> tuple[float, list[str]]:
-    """Geometric mean of per-shape speedups, each time floored at the roofline time."""
+def speedup_from_rows(rows: list[dict], peaks: dict | None, floor: bool = True) -> tuple[float, list[str]]:
+    """Geometric mean of per-shape speedups, each time floored at the roofline time. `floor`
+    False: the cost model is the suite's estimate, so it only flags, never clamps."""
     flags = []
     for r in rows:
         floor_ms = 0.0
         if peaks:
             floor_ms = 1e3 * max(r["bytes"] / peaks["bandwidth_Bps"], r["flops"] / peaks["flops"])
         r["floor_ms"] = floor_ms
-        c, b = max(r["candidate_ms"], floor_ms), max(r["baseline_ms"], floor_ms)
+        c, b = (max(r["candidate_ms"], floor_ms), max(r["baseline_ms"], floor_ms)) if floor else \
+            (r["candidate_ms"], r["baseline_ms"])
         if r["candidate_ms"] < 0.5 * floor_ms:
             flags.append("faster-than-roofline")
         r["speedup"] = b / c if c > 0 else float("inf")

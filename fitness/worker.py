@@ -20,6 +20,7 @@ import traceback
 import torch
 
 from fitness import protocol
+from suites.script import cpu_rewrite, tensors_of, to_wire
 from fitness.harness import (
     CandidateError,
     InputCache,
@@ -167,6 +168,67 @@ class Worker:
             ops = ", ".join(f"{k} ({v} elements)" for k, v in sorted(meter.ops.items(), key=lambda kv: -kv[1]))
             raise CandidateError(f"torch did work outside Triton kernels: {ops}")
 
+    # -- script tasks (data-backed suites) -------------------------------------------------
+    def script(self, req: dict) -> dict:
+        """Runs a script task's test (or its call on a benchmark input) for a candidate, or with
+        `reference` for the suite's own reference, and returns the result trees."""
+        task = self.task(req["task"])
+        runner = task.script
+        reference = bool(req.get("reference"))
+        source = runner.reference_source if reference else req["source"]
+        entry = runner.reference_entry if reference else task.entry
+        try:
+            module = self.load(cpu_rewrite(source) if self.interpret else source)
+            self._check_tamper()
+        except CandidateError as e:
+            return {"stage": "parse", "error": str(e)}
+        except BaseException as e:  # noqa: BLE001
+            return {"stage": "parse", "error": "import failed:\n" + _trim_trace(e)}
+        if not hasattr(module, entry):
+            return {"stage": "parse", "error": f"module defines no {entry!r}"}
+        results = []
+        for case in req["cases"]:
+            try:
+                results.append(self.run_script_case(task, module, entry, case, reference))
+            except CandidateError as e:
+                return {"stage": "compile", "error": str(e), "results": results, "case": case}
+            except BaseException as e:  # noqa: BLE001
+                stage = "parse" if _is_compile_error(e) and not results else "compile"
+                return {"stage": stage, "error": _trim_trace(e), "results": results, "case": case,
+                        "fatal": _is_cuda_fault(e)}
+        reply = {"stage": "call", "results": results}
+        if req.get("count"):
+            try:
+                reply["perf_count"] = runner.perf_count
+            except BaseException as e:  # noqa: BLE001
+                reply["perf_error"] = _trim_trace(e)
+        return reply
+
+    def run_script_case(self, task, module, entry, case, reference: bool) -> dict:
+        threads = python_threads()
+        before = self.hook.launches(module.__name__)
+        meter = TorchWorkMeter(self.hook)
+        if case["kind"] == "test":
+            with meter:
+                tree = task.script.run_test(module, case["seed"], entry)
+        else:
+            args = tuple(to_device(a, self.device) for a in self.inputs.get(task, case))
+            fn = task.script.bind(module, entry)
+            with meter:
+                tree = fn(*args)
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        self._check_tamper()
+        if python_threads() != threads:
+            raise CandidateError("candidate started a thread during the call")
+        launches = self.hook.launches(module.__name__) - before
+        if not reference and launches == 0:
+            raise CandidateError("none of the candidate's own @triton.jit kernels was launched")
+        for t in tensors_of(tree):
+            if type(t) is not torch.Tensor:
+                raise CandidateError(f"the result holds a {type(t).__name__}, not a plain torch.Tensor")
+        return {"tree": to_wire(tree), "torch_elements": meter.elements, "launches": launches}
+
     # -- timing --------------------------------------------------------------------------
     def timing(self, req: dict) -> dict:
         from fitness.gpu_timing import Timer
@@ -176,9 +238,14 @@ class Worker:
         t0 = time.perf_counter()
         task = self.task(req["task"])
         module = self.load(req["source"])
-        fn = getattr(module, task.entry)
-        base = self.load(req["baseline_source"]) if req.get("baseline_source") else None
-        base_fn = getattr(base, task.entry) if base else task.reference
+        if task.script is not None:
+            fn = task.script.bind(module, task.entry)
+            base = self.load(task.script.reference_source)
+            base_fn = task.script.bind(base, task.script.reference_entry)
+        else:
+            fn = getattr(module, task.entry)
+            base = self.load(req["baseline_source"]) if req.get("baseline_source") else None
+            base_fn = getattr(base, task.entry) if base else task.reference
         if self.timer is None:
             self.timer = Timer()
         peaks = self.timer.peaks()
@@ -203,6 +270,8 @@ class Worker:
             op = req.get("op")
             if op == "correctness":
                 reply = self.correctness(req)
+            elif op == "script":
+                reply = self.script(req)
             elif op == "timing":
                 reply = self.timing(req)
             else:

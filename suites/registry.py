@@ -6,11 +6,21 @@ import importlib
 from suites.task import Task
 
 # suite name -> module whose load(path) returns {task name: Task}
-_SUITES = {"builtin": "suites.builtin"}
+_SUITES = {"builtin": "suites.builtin", "tritonbench": "suites.tritonbench", "rocm": "suites.rocm",
+           "kernelbench": "suites.kernelbench"}
 
 
 class SuiteError(Exception):
     """Bad suite, task or filter: the message is meant for the user as it stands."""
+
+
+class SuiteTasks(dict):
+    """{task name: Task}, plus what could not be loaded (one line per file), so one bad file
+    costs its own task and not the suite."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.problems: list[str] = []
 
 
 def suite_names() -> list[str]:
@@ -34,22 +44,29 @@ def select(tasks: dict[str, Task], names: str | None = None, difficulty: str | N
            category: str | None = None) -> dict[str, Task]:
     """The subset the command-line filters ask for (comma-separated values); an empty result or
     an unknown name is the user's error."""
-    chosen = dict(tasks)
+    chosen = SuiteTasks(tasks)
+    chosen.problems = list(getattr(tasks, "problems", []))
     if names:
         wanted = [n.strip() for n in names.split(",") if n.strip()]
         missing = [n for n in wanted if n not in tasks]
         if missing:
             raise SuiteError(f"unknown task(s): {', '.join(missing)}")
-        chosen = {n: tasks[n] for n in wanted}
+        chosen = _keep(chosen, wanted)
     if difficulty:
         try:
             levels = {int(d) for d in difficulty.split(",") if d.strip()}
         except ValueError:
             raise SuiteError(f"--difficulty takes integers separated by commas, not {difficulty!r}") from None
-        chosen = {n: t for n, t in chosen.items() if t.difficulty in levels}
+        chosen = _keep(chosen, [n for n, t in chosen.items() if t.difficulty in levels])
     if category:
         cats = {c.strip() for c in category.split(",") if c.strip()}
-        chosen = {n: t for n, t in chosen.items() if t.category in cats}
+        chosen = _keep(chosen, [n for n, t in chosen.items() if t.category in cats])
     if not chosen:
         raise SuiteError("no task matches the filters")
     return chosen
+
+
+def _keep(tasks: SuiteTasks, names) -> SuiteTasks:
+    kept = SuiteTasks((n, tasks[n]) for n in names)
+    kept.problems = tasks.problems
+    return kept

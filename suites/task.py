@@ -45,6 +45,9 @@ class Task:
     # smaller shapes for the Triton interpreter on CPU, where GPU sizes would take minutes
     interpreter_shapes: ShapeSet | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
+    # data-backed suites: a suites.script.ScriptRunner that the worker calls instead of `entry` on
+    # `make_inputs`; the reference is then `start_source` run the same way, not a torch function
+    script: Any = None
 
     def case_key(self, case: dict, seed: int | None = None) -> tuple:
         """Identity of the inputs a case draws: what the input and reference caches key on."""

@@ -1,0 +1,121 @@
+"""Correctness for script tasks (TritonBench, ROCm, KernelBench): the reference's results, run
+once per task in a worker and kept here, and the per-case judgement of a candidate's results.
+
+Cases: the suite's test at the run's seeds (tuning) and at another seed (held-out). When the
+test's results are weak (no tensor of more than one element: a shape, a flag, a scalar), the
+call on the benchmark inputs is compared too: the timed inputs are tuning cases, two others held
+out. A reference that fails here makes the task `invalid-here`, with the reason.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from fitness.compare import compare_tree, count_elements, is_weak
+from fitness.pool import WorkerFailure
+from suites.script import GIVEN
+
+MAX_TIMED = 6  # benchmark inputs timed per candidate (spread over the suite's list, largest included)
+HELDOUT_PERF = 2
+HELDOUT_SEED = 100
+TORCH_WORK_SLACK = 0.01  # share of the outputs a candidate may compute in torch beyond the reference
+
+
+@dataclass
+class ScriptReference:
+    error: str = ""
+    weak: bool = False
+    perf_count: int = 0
+    timed: tuple[int, ...] = ()
+    heldout_perf: tuple[int, ...] = ()
+    results: dict = field(default_factory=dict)  # case key -> {"tree", "torch_elements"}
+
+
+def spread(n: int, k: int) -> tuple[int, ...]:
+    """k indices spread evenly over range(n), the last one included."""
+    if n <= k:
+        return tuple(range(n))
+    return tuple(sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})) if k > 1 else (n - 1,)
+
+
+def key(case: dict) -> tuple:
+    return case["kind"], case["shape"].get("perf"), case["seed"]
+
+
+def test_case(split: str, seed: int) -> dict:
+    return {"split": split, "kind": "test", "shape": {"test": "result_gold"}, "dtype": GIVEN, "seed": seed}
+
+
+def perf_case(split: str, index: int, seed: int) -> dict:
+    return {"split": split, "kind": "perf", "shape": {"perf": index}, "dtype": GIVEN, "seed": seed}
+
+
+class ScriptReferences:
+    def __init__(self, pool, seeds: tuple[int, ...], interpret: bool, timeout_s: float, spec):
+        self.pool, self.seeds, self.interpret, self.timeout_s, self.spec = pool, seeds, interpret, timeout_s, spec
+        self._items: dict[str, ScriptReference] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def get(self, task) -> ScriptReference:
+        with self._lock:
+            lock = self._locks.setdefault(task.name, threading.Lock())
+        with lock:  # one computation per task, however many candidates wait for it
+            if task.name not in self._items:
+                self._items[task.name] = self._compute(task)
+            return self._items[task.name]
+
+    def _run(self, task, cases: list[dict], count: bool) -> dict:
+        req = {"op": "script", "reference": True, "task": self.spec(task), "cases": cases, "count": count}
+        try:
+            return self.pool.request(req, 2 * self.timeout_s)
+        except WorkerFailure as e:
+            return {"error": str(e)}
+
+    def _compute(self, task) -> ScriptReference:
+        tests = [test_case("tuning", s) for s in self.seeds] + [test_case("heldout", self.seeds[0] + HELDOUT_SEED)]
+        reply = self._run(task, tests, count=not self.interpret)
+        if reply.get("error"):
+            return ScriptReference(error=f"the suite's reference fails here: {reply['error']}")
+        ref = ScriptReference(results={key(c): r for c, r in zip(tests, reply["results"])})
+        ref.weak = is_weak(reply["results"][0]["tree"])
+        if reply.get("perf_error"):
+            return ScriptReference(error=f"the suite's benchmark inputs fail here: {reply['perf_error']}")
+        if not self.interpret:
+            ref.perf_count = reply.get("perf_count", 0)
+            ref.timed = spread(ref.perf_count, MAX_TIMED)
+            rest = [i for i in range(ref.perf_count) if i not in ref.timed]
+            ref.heldout_perf = tuple(rest[j] for j in spread(len(rest), HELDOUT_PERF))
+        elif ref.weak:
+            ref.timed = (0,)  # the interpreter: the first (usually smallest) input only
+        if ref.weak:
+            perf = self.perf_cases(ref)
+            more = self._run(task, perf, count=False)
+            if more.get("error"):
+                return ScriptReference(error=f"the suite's reference fails here on the benchmark inputs: "
+                                             f"{more['error']}")
+            ref.results.update({key(c): r for c, r in zip(perf, more["results"])})
+        return ref
+
+    def perf_cases(self, ref: ScriptReference) -> list[dict]:
+        seed = self.seeds[0]
+        return [perf_case("tuning", i, seed) for i in ref.timed] + \
+               [perf_case("heldout", i, seed) for i in ref.heldout_perf]
+
+    def cases(self, ref: ScriptReference) -> list[dict]:
+        tests = [test_case("tuning", s) for s in self.seeds] + [test_case("heldout", self.seeds[0] + HELDOUT_SEED)]
+        cases = tests + (self.perf_cases(ref) if ref.weak else [])
+        return sorted(cases, key=lambda c: c["split"] != "tuning")  # tuning first: the reply stops at a failure
+
+    @staticmethod
+    def check(task, ref: ScriptReference, case: dict, result: dict | None) -> str:
+        if not result or "tree" not in result:
+            return "no result returned"
+        expected = ref.results[key(case)]
+        problem = compare_tree(result["tree"], expected["tree"], task.tolerance)
+        if problem or not task.script.torch_work_relative:
+            return problem
+        extra = result["torch_elements"] - expected["torch_elements"]
+        if extra > max(1024, TORCH_WORK_SLACK * count_elements(expected["tree"])):
+            return f"torch computed {extra} elements outside Triton kernels beyond what the reference does"
+        return ""

@@ -1,0 +1,170 @@
+"""Pieces shared by the data-backed suites, whose tasks are scripts rather than pure functions.
+
+A TritonBench task is a module (kernels + wrapper) followed by test code that leaves its outputs
+in `result_gold`; a KernelBench task is a `Model` with input makers. Both are judged the same
+way: the candidate and the suite's reference run the same test in a worker, and the engine
+compares the two result trees. `ScriptRunner` is what a worker calls; it never runs in the engine.
+"""
+from __future__ import annotations
+
+import ast
+import random
+import re
+from pathlib import Path
+
+import torch
+
+from suites.data import SEPARATOR
+from suites.registry import SuiteError
+
+# per output dtype: (atol, rtol); atol is scaled by the tensor's largest magnitude (compare_tree)
+TOLERANCE = {
+    "float64": (1e-7, 1e-7), "float32": (1e-3, 1e-3), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2),
+    "float8_e4m3fn": (0.125, 0.125), "float8_e5m2": (0.25, 0.25), "float8_e4m3fnuz": (0.125, 0.125),
+    "float8_e5m2fnuz": (0.25, 0.25), "complex64": (1e-3, 1e-3),
+    **{t: (0.0, 0.0) for t in ("int8", "uint8", "int16", "int32", "int64", "bool", "uint16", "uint32", "uint64")},
+}
+GIVEN = "given"  # the dtype of a case whose inputs come from the suite as they are
+
+# name fragment -> category, first match wins (TritonBench has no categories of its own)
+_CATEGORIES = (
+    ("attention", r"attn|attention|flash|mha|gqa|lightning"),
+    ("quantization", r"quant|int8|int4|fp8|f8|w8a|mxfp"),
+    ("matmul", r"matmul|gemm|_mm|^mm|bmm|dot|linear|matrix|vecmat|gemv"),
+    ("convolution", r"conv"),
+    ("normalization", r"norm|rms"),
+    ("softmax", r"softmax"),
+    ("loss", r"loss|entropy|kldiv|nll"),
+    ("position", r"rotary|rope|embedding|alibi"),
+    ("pooling", r"pool"),
+    ("activation", r"relu|gelu|silu|swiglu|geglu|sigmoid|tanh|act|elu|swish|mish"),
+    ("reduction", r"sum|mean|reduce|max|min|argm|cumsum|cumprod|var|std|prod|scan"),
+    ("memory", r"copy|transpose|index|gather|scatter|cat|cache|flip|swizzle|permute|select|pad"),
+    ("random", r"rand|dropout"),
+    ("elementwise", r"add|mul|sub|div|elementwise|scale|clamp|exp|pow|abs"),
+)
+
+
+def guess_category(name: str) -> str:
+    low = name.lower()
+    for category, pattern in _CATEGORIES:
+        if re.search(pattern, low):
+            return category
+    return "other"
+
+
+def split_kernel_file(path: Path) -> tuple[str, str]:
+    """(module code, test code) of a kernel file, split at its line of 146 '#'."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SuiteError(f"{path}: cannot read ({e})") from None
+    lines = text.split("\n")
+    if SEPARATOR not in lines:
+        raise SuiteError(f"{path}: no separator line of 146 '#' between the kernel and its test")
+    i = lines.index(SEPARATOR)
+    return "\n".join(lines[:i]) + "\n", "\n".join(lines[i + 1:]) + "\n"
+
+
+def seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed % 2**32)
+    except ImportError:
+        pass
+
+
+class _ToCpu(ast.NodeTransformer):
+    """Rewrites device choices for the Triton interpreter: 'cuda' -> 'cpu', x.cuda() -> x.cpu(),
+    x.is_cuda -> True, torch.cuda.synchronize() -> None. Applied to candidate and reference alike."""
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, str) and (node.value == "cuda" or node.value.startswith("cuda:")):
+            return ast.copy_location(ast.Constant("cpu"), node)
+        return node
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr == "cuda":
+            return ast.copy_location(ast.Call(ast.Attribute(f.value, "cpu", ast.Load()), [], []), node)
+        if ast.unparse(f) in ("torch.cuda.synchronize", "torch.cuda.empty_cache"):
+            return ast.copy_location(ast.Constant(None), node)
+        return node
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        if node.attr == "is_cuda" and isinstance(node.ctx, ast.Load):
+            return ast.copy_location(ast.Constant(True), node)
+        return node
+
+
+def cpu_rewrite(source: str) -> str:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source  # the worker's import reports it, with the line
+    return ast.unparse(ast.fix_missing_locations(_ToCpu().visit(tree)))
+
+
+def to_wire(tree):
+    """A copy the protocol can carry: tensors on the CPU, containers kept, other objects by name."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().to("cpu", copy=True)
+    if isinstance(tree, torch.Size):
+        return tuple(int(s) for s in tree)
+    if isinstance(tree, dict):
+        return {str(k): to_wire(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(to_wire(v) for v in tree) if type(tree) in (list, tuple) else tuple(map(to_wire, tree))
+    if tree is None or isinstance(tree, (bool, int, float, str)):
+        return tree
+    if isinstance(tree, torch.dtype):
+        return str(tree)
+    try:
+        import numpy
+
+        if isinstance(tree, numpy.ndarray):
+            return torch.from_numpy(tree.copy())
+        if isinstance(tree, numpy.generic):
+            return tree.item()
+    except ImportError:
+        pass
+    return f"<{type(tree).__name__} object>"
+
+
+def tensors_of(tree) -> list:
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, dict):
+        return [t for v in tree.values() for t in tensors_of(v)]
+    if isinstance(tree, (list, tuple)):
+        return [t for v in tree for t in tensors_of(v)]
+    return []
+
+
+class ScriptRunner:
+    """What a worker needs to run one script task. Subclasses implement the suite's way of
+    testing a module (`run_test`) and of calling it on the timing inputs (`bind`, `perf_args`)."""
+
+    perf_count = 0  # number of timing inputs
+    torch_work_relative = True  # candidate's torch work is bounded by the reference's (else only reported)
+    reference_source = ""  # the suite's reference, run by the worker the same way as a candidate
+    reference_entry = ""  # the name the reference defines (a candidate defines the task's entry)
+    baseline_name = "the suite's reference"
+
+    def run_test(self, module, seed: int, entry: str):
+        raise NotImplementedError
+
+    def perf_args(self, index: int, seed: int) -> tuple:
+        raise NotImplementedError
+
+    def bind(self, module, entry: str):
+        """fn(*perf_args) -> output tree, calling `module`'s implementation."""
+        raise NotImplementedError
+
+    def cost(self, index: int, seed: int) -> tuple[float, float]:
+        return 0.0, 0.0

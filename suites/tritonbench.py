@@ -1,0 +1,190 @@
+"""TritonBench-G as revised for GEAK: 184 tasks, each a reference Triton module and its test.
+
+Per task: the reference (the code before the 146-'#' line) is the starting kernel; the test (after
+it) fills `result_gold`; instructions.json gives the instruction and difficulty; perf/<name>_perf.py
+gives the benchmark inputs (`get_input_tensors`), the call (`call_op`) and the GB/s and TFLOP/s
+formulas. A candidate is a module defining the same functions as the reference.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+import types
+from pathlib import Path
+
+from suites.data import suite_dir
+from suites.registry import SuiteError, SuiteTasks
+from suites.script import GIVEN, TOLERANCE, ScriptRunner, cpu_rewrite, guess_category, seed_all, split_kernel_file
+from suites.task import ShapeSet, Task
+
+PACKAGE = "TritonBench_v1"  # what the perf files import the kernel module as
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def perf_imports(perf_source: str, name: str, path: Path) -> list[str]:
+    """The names a perf file imports from the task's module (the first is the entry point)."""
+    try:
+        tree = ast.parse(perf_source)
+    except SyntaxError as e:
+        raise SuiteError(f"{path}: does not parse ({e.msg}, line {e.lineno})") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == f"{PACKAGE}.{name}":
+            return [a.name for a in node.names]
+    raise SuiteError(f"{path}: no `from {PACKAGE}.{name} import ...` line")
+
+
+class TritonBenchRunner(ScriptRunner):
+    baseline_name = "the suite's reference kernel"
+
+    def __init__(self, name: str, module_code: str, test_code: str, perf_path: Path, entries: list[str]):
+        self.name, self.test_code, self.perf_path, self.entries = name, test_code, perf_path, entries
+        self.reference_source, self.reference_entry = module_code, entries[0]
+        self._compiled = None
+        self._perf_classes: dict[str, type] = {}
+        self._items: tuple[int, list] | None = None  # (seed, input items) of the last draw
+        self.packed = True
+
+    def run_test(self, module, seed: int, entry: str):
+        if self._compiled is None:
+            code = cpu_rewrite(self.test_code) if _interpreting() else self.test_code
+            self._compiled = compile(code, f"<{self.name} test>", "exec")
+        ns = dict(vars(module))  # the test sees the module's names, as when appended to its file
+        ns["__name__"] = f"{module.__name__}_test"
+        seed_all(seed)
+        exec(self._compiled, ns)
+        if "result_gold" not in ns:
+            raise RuntimeError("the test code left no result_gold")
+        return ns["result_gold"]
+
+    # -- the perf file ------------------------------------------------------------------------
+    def _perf_class(self, module) -> type:
+        """The perf file's class, executed with `from TritonBench_v1.<name> import f` bound to
+        `module`: one copy per module, so the candidate and the baseline never share globals."""
+        key = getattr(module, "__name__", "none")
+        if key not in self._perf_classes:
+            source = self.perf_path.read_text()
+            if _interpreting():
+                source = cpu_rewrite(source)
+            pkg = sys.modules.setdefault(PACKAGE, types.ModuleType(PACKAGE))
+            pkg.__path__ = []
+            perf_dir = str(self.perf_path.parent)
+            if perf_dir not in sys.path:
+                sys.path.append(perf_dir)  # for `from performance_utils import ...`
+            sys.modules[f"{PACKAGE}.{self.name}"] = module
+            ns = {"__name__": f"{self.name}_perf_{key}", "__file__": str(self.perf_path)}
+            try:
+                exec(compile(source, str(self.perf_path), "exec"), ns)
+            except Exception as e:
+                raise RuntimeError(f"{self.perf_path} failed to import: {type(e).__name__}: {e}") from e
+            finally:
+                sys.modules.pop(f"{PACKAGE}.{self.name}", None)
+            cls = ns.get("performance_metrics")
+            if not isinstance(cls, type):
+                raise RuntimeError(f"{self.perf_path} defines no class performance_metrics")
+            self._perf_classes[key] = cls
+        return self._perf_classes[key]
+
+    def _placeholder(self):
+        m = types.ModuleType(f"{self.name}_placeholder")
+        for e in self.entries:
+            setattr(m, e, None)
+        return m
+
+    def items(self, seed: int) -> list:
+        if self._items is None or self._items[0] != seed:
+            self._items = None  # drop the old draw before making the next
+            perf = self._perf_class(self._placeholder())()
+            seed_all(seed)
+            perf.get_input_tensors()
+            items = list(perf.input_tensors)
+            if not items:
+                raise RuntimeError(f"{self.perf_path}: get_input_tensors made no inputs")
+            self.packed = isinstance(items[0], (tuple, list))
+            self._items = (seed, items)
+        return self._items[1]
+
+    @property
+    def perf_count(self) -> int:
+        return len(self.items(0))
+
+    def perf_args(self, index: int, seed: int) -> tuple:
+        item = self.items(seed)[index]
+        return tuple(item) if isinstance(item, (tuple, list)) else (item,)
+
+    def bind(self, module, entry: str):
+        perf = self._perf_class(module)()
+
+        def call(*args):
+            out = perf.call_op(args if self.packed else args[0])
+            # call_op of an in-place kernel returns nothing: its result is its inputs
+            return out if out is not None else args
+        return call
+
+    def cost(self, index: int, seed: int) -> tuple[float, float]:
+        """(bytes, flops) from the perf file's formulas: their rate at a runtime of 1000 ms."""
+        perf = self._perf_class(self._placeholder())()
+        item = self.items(seed)[index]
+        values = []
+        for method, unit in (("get_gbps", 1e9), ("get_tflops", 1e12)):
+            try:
+                values.append(float(getattr(perf, method)(item, 1000.0)) * unit)
+            except Exception:  # noqa: BLE001 - a formula that fails leaves the roofline unknown
+                values.append(0.0)
+        return values[0], values[1]
+
+
+def _make_inputs(runner):
+    return lambda shape, dtype, gen: runner.perf_args(shape["perf"], gen.initial_seed())
+
+
+def _cost(runner):
+    return lambda shape, dtype: runner.cost(shape["perf"], 0)
+
+
+def build_task(name: str, kernel_path: Path, perf_path: Path, record: dict) -> Task:
+    module_code, test_code = split_kernel_file(kernel_path)
+    if not perf_path.exists():
+        raise SuiteError(f"{perf_path}: missing (the task's benchmark inputs)")
+    entries = perf_imports(perf_path.read_text(), name, perf_path)
+    runner = TritonBenchRunner(name, module_code, test_code, perf_path, entries)
+    difficulty = record.get("difficulty")
+    return Task(
+        name=name, suite="tritonbench", category=guess_category(name), entry=entries[0], reference=None,
+        make_inputs=_make_inputs(runner), shapes=ShapeSet((), ()), dtypes=(GIVEN,), tolerance=TOLERANCE,
+        cost=_cost(runner), start_source=module_code, instruction=str(record.get("instruction", "")).strip(),
+        difficulty=int(difficulty) if str(difficulty).isdigit() else None, script=runner,
+    )
+
+
+def read_records(path: Path, problems: list[str]) -> dict[str, dict]:
+    """instructions.json by kernel file; a bad file is reported and the tasks load without it."""
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, list):
+            raise ValueError("expected a list of records")
+        return {r["file"]: r for r in data if isinstance(r, dict) and "file" in r}
+    except (OSError, ValueError) as e:
+        problems.append(f"{path}: {e}; tasks load without instructions and difficulty")
+        return {}
+
+
+def load(path: str | None = None) -> SuiteTasks:
+    root = suite_dir("tritonbench", path)
+    tasks = SuiteTasks()
+    records = read_records(root / "instructions.json", tasks.problems)
+    kernels = sorted((root / "kernels").glob("*.py"))
+    if not kernels:
+        raise SuiteError(f"{root / 'kernels'}: no kernel files")
+    for f in kernels:
+        try:
+            task = build_task(f.stem, f, root / "perf" / f"{f.stem}_perf.py", records.get(f.name, {}))
+        except SuiteError as e:
+            tasks.problems.append(str(e))
+            continue
+        tasks[task.name] = task
+    return tasks

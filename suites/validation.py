@@ -1,0 +1,91 @@
+"""What `validate` learned about a suite on this machine: which tasks' references run here
+(`valid`) and which do not (`invalid-here`, with the reason), and whose tests are weak.
+
+Kept as JSON next to the archives (runs/<suite>-validation.json by default) and merged over
+several `validate` calls, so a suite can be validated in parts. `list` shows the marks; `search`
+leaves invalid-here tasks out and says so; reports list them instead of counting them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+VALID, INVALID = "valid", "invalid-here"
+
+
+def default_path(suite: str) -> Path:
+    return Path("runs") / f"{suite}-validation.json"
+
+
+def read(path: Path) -> dict:
+    """{} when there is no record; a damaged one is the user's to fix, said in one line."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
+            raise ValueError("not a validation record")
+        return data
+    except (OSError, ValueError) as e:
+        from suites.registry import SuiteError
+
+        raise SuiteError(f"{path}: unreadable validation record ({e}); delete it and run validate again") from None
+
+
+def entry(verdict, weak: bool) -> dict:
+    invalid = "invalid-here" in verdict.flags or not verdict.passed
+    return {"status": INVALID if invalid else VALID, "reason": "" if not invalid else short_reason(verdict.reason),
+            "weak_test": weak, "stage": verdict.stage, "speedup": verdict.speedup}
+
+
+def merge(path: Path, suite: str, device: str, entries: dict[str, dict]) -> dict:
+    record = read(path)
+    if record.get("device") not in (None, device):
+        record = {}  # another machine's findings say nothing about this one
+    record.update(suite=suite, device=device, updated=time.strftime("%Y-%m-%d %H:%M:%S"))
+    record.setdefault("tasks", {}).update(entries)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+    return record
+
+
+def invalid_tasks(record: dict) -> dict[str, str]:
+    return {n: e.get("reason", "") for n, e in record.get("tasks", {}).items() if e.get("status") == INVALID}
+
+
+def short_reason(reason: str) -> str:
+    """The line of an error that says what went wrong: a trace's last line, else its first."""
+    lines = [ln.strip() for ln in reason.strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    head = lines[0]
+    if len(lines) > 1 and "Traceback" in reason:
+        head = f"{head.split(':')[0]}: {lines[-1]}"
+    return head[:300]
+
+
+def reason_class(reason: str) -> str:
+    """A coarse bucket for summaries (ptxas, timeout, import, wrong result, ...)."""
+    low = reason.lower()
+    for key, label in (("unresolved extern", "ptxas: unresolved extern function (AMD-only math)"),
+                       ("ptxas", "ptxas error"), ("deadline", "timed out"), ("timed out", "timed out"),
+                       ("out of memory", "out of memory"), ("failed to import", "perf file import error"),
+                       ("disagree", "reference disagrees with itself"), ("wrong result", "reference not reproducible"),
+                       ("outofresources", "out of shared memory"), ("out of resource", "out of shared memory"),
+                       ("hip", "AMD-only API"), ("import failed", "import error")):
+        if key in low:
+            return label
+    return "other: " + reason[:80]
+
+
+def summary(entries: dict[str, dict]) -> list[str]:
+    valid = sum(e["status"] == VALID for e in entries.values())
+    lines = [f"{valid} of {len(entries)} tasks valid here; {len(entries) - valid} invalid-here"]
+    for label, n in Counter(reason_class(e["reason"]) for e in entries.values() if e["status"] == INVALID).most_common():
+        lines.append(f"  {n:4d}  {label}")
+    return lines
