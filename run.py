@@ -215,9 +215,11 @@ def cmd_list(args) -> int:
     diff = Counter(t.difficulty for t in tasks.values())
     print("by difficulty: " + ", ".join(f"{d if d is not None else '-'}: {n}"
                                          for d, n in sorted(diff.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))))
-    print("by category: " + ", ".join(f"{c}: {n}" for c, n in sorted(Counter(t.category for t in tasks.values()).items())))
+    cats = Counter(t.category for t in tasks.values())
+    print("by category: " + ", ".join(f"{c}: {n}" for c, n in sorted(cats.items())))
     if not marks:
-        print(f"(no validation record at {_validation_path(args)}: run validate to mark invalid-here and weak-test tasks)")
+        print(f"(no validation record at {_validation_path(args)}: "
+              "run validate to mark invalid-here and weak-test tasks)")
     return 0
 
 

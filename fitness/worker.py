@@ -20,7 +20,6 @@ import traceback
 import torch
 
 from fitness import protocol
-from suites.script import cpu_rewrite, tensors_of, to_wire
 from fitness.harness import (
     CandidateError,
     InputCache,
@@ -34,6 +33,7 @@ from fitness.harness import (
     storage_copy,
     to_device,
 )
+from suites.script import cpu_rewrite, tensors_of, to_wire
 
 # torch compute elements a candidate may produce outside its kernels, as a share of its outputs
 TORCH_WORK_SHARE = 0.01

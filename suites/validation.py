@@ -86,6 +86,7 @@ def reason_class(reason: str) -> str:
 def summary(entries: dict[str, dict]) -> list[str]:
     valid = sum(e["status"] == VALID for e in entries.values())
     lines = [f"{valid} of {len(entries)} tasks valid here; {len(entries) - valid} invalid-here"]
-    for label, n in Counter(reason_class(e["reason"]) for e in entries.values() if e["status"] == INVALID).most_common():
+    classes = Counter(reason_class(e["reason"]) for e in entries.values() if e["status"] == INVALID)
+    for label, n in classes.most_common():
         lines.append(f"  {n:4d}  {label}")
     return lines
