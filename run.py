@@ -148,7 +148,7 @@ def cmd_validate(args) -> int:
     _warn_problems(tasks)
     names = list(tasks)
     with _evaluator(args) as ev:
-        verdicts = ev.evaluate_many([(tasks[n], tasks[n].start_source) for n in names], timed=not args.no_time)
+        verdicts = ev.validate_many([tasks[n] for n in names], timed=not args.no_time)
         weak = {n: tasks[n].script is not None and not ev.reference_status(tasks[n]) and
                 ev.script_refs.get(tasks[n]).weak for n in names}
     if args.json:

@@ -60,10 +60,31 @@ def _run_id(archive: Archive, config: dict, fresh: bool) -> tuple[int, str]:
     return latest["id"], f"resuming run {latest['id']}"
 
 
+def _searchable(tasks, args):
+    """Leaves out, saying so, the tasks invalid on this machine (validate's record) and those with
+    no starting kernel when no operator can write one."""
+    from suites import validation
+
+    path = Path(args.validation) if getattr(args, "validation", None) else validation.default_path(args.suite)
+    record = validation.read(path)
+    invalid = validation.invalid_tasks(record)
+    left_out = {n: f"invalid-here on {record.get('device')} ({invalid[n][:80]})" for n in tasks if n in invalid}
+    if (args.operators or "knobs") == "knobs":
+        left_out.update({n: "no starting kernel (the knob operators need one; use --operators llm)"
+                         for n, t in tasks.items() if not t.start_source})
+    for n, why in left_out.items():
+        print(f"left out {n}: {why}", flush=True)
+    kept = {n: t for n, t in tasks.items() if n not in left_out}
+    if not kept:
+        raise SearchError("every selected task was left out (see above)")
+    return kept
+
+
 def run_search(args, make_evaluator) -> int:
     _check(args)
     operators, operator_line = build_operators(args.operators)
-    tasks = select(load_suite(args.suite, args.suite_path), args.tasks, args.difficulty, args.category)
+    tasks = _searchable(select(load_suite(args.suite, args.suite_path), args.tasks, args.difficulty, args.category),
+                        args)
     archive_path = Path(args.archive or f"runs/{args.suite}.db")
     export_dir = Path(args.export or f"runs/{args.suite}-best")
     config = {"suite": args.suite, "suite_path": args.suite_path, "islands": args.islands,

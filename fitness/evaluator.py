@@ -79,6 +79,24 @@ class Evaluator:
         with ThreadPoolExecutor(max(1, 2 * self.config.workers)) as ex:
             return list(ex.map(lambda it: self.evaluate(*it, timed=timed), items))
 
+    def validate_many(self, tasks: list[Task], timed: bool = True) -> list[Verdict]:
+        """Each task's starting kernel evaluated; a task with none (KernelBench) gets its reference run."""
+        with ThreadPoolExecutor(max(1, 2 * self.config.workers)) as ex:
+            return list(ex.map(lambda t: self.evaluate(t, t.start_source, timed) if t.start_source
+                               else self._reference_verdict(t), tasks))
+
+    def _reference_verdict(self, task: Task) -> Verdict:
+        v = Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._baseline_name(task))
+        problem = self.reference_status(task)
+        v.device = self.pool.info().get("device", "")
+        if problem:
+            v.reason = problem
+            v.flags.append("invalid-here")
+        else:
+            v.stage, v.correct, v.heldout_correct = "correct", True, True
+            v.reason = "the reference runs here (the suite has no Triton starting kernel to time)"
+        return v
+
     def evaluate(self, task: Task, source: str | bytes, timed: bool = True) -> Verdict:
         t0 = time.monotonic()
         v = Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._baseline_name(task))
@@ -142,6 +160,7 @@ class Evaluator:
             if ref.error:
                 v.reason = ref.error
                 v.flags.append("invalid-here")
+                v.device = self.pool.info().get("device", "")
                 return False
             cases = self.script_refs.cases(ref)
             req = {"op": "script", "source": source, "task": spec, "cases": cases}
@@ -197,6 +216,10 @@ class Evaluator:
     def _timing(self, task: Task, source: str, v: Verdict):
         if task.script is not None:
             shapes = tuple({"perf": i} for i in self.script_refs.get(task).timed)
+            if not shapes:
+                v.timing = "not timed: the suite gives no benchmark inputs for this task"
+                v.flags.append("untimed")
+                return
         else:
             shapes = task.shape_set(False).tuning
         seed = self.config.seeds[0] + 7
