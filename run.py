@@ -32,6 +32,8 @@ def _eval_opts(p: argparse.ArgumentParser):
     p.add_argument("--baseline", choices=("reference", "start"), default="reference",
                    help="time against the PyTorch reference or the task's starting kernel")
     p.add_argument("--no-sandbox", action="store_true", help="run workers without bubblewrap")
+    p.add_argument("--mem-limit", type=float, default=16.0, metavar="GB",
+                   help="host memory per worker (default 16; KernelBench's largest inputs need more)")
 
 
 def _search_opts(p: argparse.ArgumentParser):
@@ -70,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     _filters(p)
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.add_argument("--no-time", action="store_true", help="check that references run, without timing them")
+    p.add_argument("--pending", action="store_true", help="only the tasks the validation record lacks")
     p = sub.add_parser("list", help="list the tasks of a suite")
     _common(p)
     _filters(p)
@@ -88,7 +91,7 @@ def _evaluator(args):
         raise UsageError("--workers must be >= 1, --trials >= 3 and --timeout > 0")
     config = EvalConfig(seeds=seeds, workers=args.workers, device=args.device, timeout_s=args.timeout,
                         trials=args.trials, baseline=args.baseline, sandbox=not args.no_sandbox,
-                        suite_path=args.suite_path)
+                        suite_path=args.suite_path, mem_limit_gb=args.mem_limit)
     try:
         return Evaluator(config)
     except RuntimeError as e:
@@ -146,24 +149,34 @@ def cmd_validate(args) -> int:
 
     tasks = _selected(args)
     _warn_problems(tasks)
-    names = list(tasks)
+    path = _validation_path(args)
+    if args.pending:  # what an earlier, cut-short validate did not get to
+        done = validation.read(path).get("tasks", {})
+        tasks = {n: t for n, t in tasks.items() if n not in done}
+        print(f"{len(done)} task(s) already in {path}; validating the {len(tasks)} others", flush=True)
+    verdicts, entries = [], {}
+    if not args.json:
+        print(f"{'task':40} {'status':12} {'held-out':8} {'speedup':>8}  note", flush=True)
     with _evaluator(args) as ev:
-        verdicts = ev.validate_many([tasks[n] for n in names], timed=not args.no_time)
-        weak = {n: tasks[n].script is not None and not ev.reference_status(tasks[n]) and
-                ev.script_refs.get(tasks[n]).weak for n in names}
+        for v in ev.validate_iter(list(tasks.values()), timed=not args.no_time):
+            task = tasks[v.task]
+            weak = task.script is not None and not ev.reference_status(task) and ev.script_refs.get(task).weak
+            verdicts.append(v)
+            if v.device:  # recorded as each finishes: a validate cut short keeps what it learned
+                entries[v.task] = validation.entry(v, weak)
+                validation.merge(path, args.suite, v.device, {v.task: entries[v.task]})
+            if not args.json:
+                sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
+                status = "invalid-here" if "invalid-here" in v.flags else v.stage
+                note = ("weak-test " if weak else "") + \
+                    ("" if v.passed else validation.short_reason(v.reason)[:110] if v.reason else "")
+                print(f"{v.task:40} {status:12} {'ok' if v.heldout_correct else 'FAIL':8} {sp:>8}  {note}", flush=True)
     if args.json:
         print(json.dumps([v.to_dict() for v in verdicts], indent=1))
         return 0
-    print(f"{'task':32} {'status':12} {'held-out':8} {'speedup':>8}  note")
-    for v in verdicts:
-        sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
-        status = "invalid-here" if "invalid-here" in v.flags else v.stage
-        note = ("weak-test " if weak[v.task] else "") + \
-            ("" if v.passed else validation.short_reason(v.reason)[:110] if v.reason else "")
-        print(f"{v.task:32} {status:12} {'ok' if v.heldout_correct else 'FAIL':8} {sp:>8}  {note}")
     ok = sum(v.passed for v in verdicts)
     timed = [v.speedup for v in verdicts if v.speedup is not None]
-    what = "references" if any(tasks[n].script is not None for n in names) else "starting kernels"
+    what = "references" if any(t.script is not None for t in tasks.values()) else "starting kernels"
     line = f"{ok}/{len(verdicts)} {what} correct (tuning and held-out cases)"
     if timed:
         from fitness.verdict import geomean
@@ -172,15 +185,12 @@ def cmd_validate(args) -> int:
     else:
         line += "; " + (verdicts[0].timing if verdicts and verdicts[0].timing else "none timed")
     print(line)
-    device = verdicts[0].device if verdicts else "?"
-    print(f"device: {device}; sandbox: {verdicts[0].sandbox if verdicts else '?'}")
-    if verdicts and device:
-        entries = {v.task: validation.entry(v, weak[v.task]) for v in verdicts}
-        for text in validation.summary(entries):
+    print(f"device: {verdicts[0].device if verdicts else '?'}; sandbox: {verdicts[0].sandbox if verdicts else '?'}")
+    if entries:
+        record = validation.read(path)
+        for text in validation.summary(record["tasks"]):
             print(text)
-        path = _validation_path(args)
-        validation.merge(path, args.suite, device, entries)
-        print(f"recorded in {path}")
+        print(f"recorded in {path} ({len(record['tasks'])} task(s) so far)")
     return 0
 
 

@@ -8,7 +8,7 @@ then floors at the roofline and aggregates.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 import torch
@@ -79,11 +79,14 @@ class Evaluator:
         with ThreadPoolExecutor(max(1, 2 * self.config.workers)) as ex:
             return list(ex.map(lambda it: self.evaluate(*it, timed=timed), items))
 
-    def validate_many(self, tasks: list[Task], timed: bool = True) -> list[Verdict]:
-        """Each task's starting kernel evaluated; a task with none (KernelBench) gets its reference run."""
+    def validate_iter(self, tasks: list[Task], timed: bool = True):
+        """Each task's starting kernel evaluated, as verdicts complete; a task with none
+        (KernelBench) gets its reference run."""
+        def one(t):
+            return self.evaluate(t, t.start_source, timed) if t.start_source else self._reference_verdict(t)
         with ThreadPoolExecutor(max(1, 2 * self.config.workers)) as ex:
-            return list(ex.map(lambda t: self.evaluate(t, t.start_source, timed) if t.start_source
-                               else self._reference_verdict(t), tasks))
+            futures = [ex.submit(one, t) for t in tasks]
+            yield from (f.result() for f in as_completed(futures))
 
     def _reference_verdict(self, task: Task) -> Verdict:
         v = Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._baseline_name(task))

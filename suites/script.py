@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from suites.data import SEPARATOR
 from suites.registry import SuiteError
@@ -172,3 +173,46 @@ class ScriptRunner:
 
     def cost(self, index: int, seed: int) -> tuple[float, float]:
         return 0.0, 0.0
+
+
+# torch functions that make a tensor from nothing: where the benchmark inputs' data comes from
+_FACTORIES = {
+    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "zeros", "ones", "empty",
+    "full", "arange", "linspace", "logspace", "tensor", "eye", "normal", "zeros_like", "ones_like", "empty_like",
+    "full_like", "as_tensor", "from_numpy", "empty_strided", "bernoulli", "multinomial",
+}
+
+
+class LazyFactories(TorchFunctionMode):
+    """While a suite builds its benchmark inputs: factory calls not in `wanted` (by call order)
+    make meta tensors, and every tensor remembers the factory calls it came from. `wanted=None`
+    makes everything real."""
+
+    def __init__(self, wanted: set | None):
+        super().__init__()
+        self.wanted, self.calls = wanted, 0
+        self.origin: dict[int, frozenset] = {}
+        self.keep: list = []  # holds the tensors, so ids stay unique while the map is in use
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        name = getattr(func, "__name__", "")
+        if name in _FACTORIES and getattr(func, "__module__", "") in ("torch", "torch._C._VariableFunctions", None):
+            k, self.calls = self.calls, self.calls + 1
+            if self.wanted is not None and k not in self.wanted:
+                kwargs["device"] = "meta"
+                kwargs.pop("generator", None)
+                kwargs.pop("pin_memory", None)
+            out = func(*args, **kwargs)
+            src = frozenset({k})
+        else:
+            out = func(*args, **kwargs)
+            src = frozenset().union(*(self.origin.get(id(t), frozenset()) for t in tensors_of((args, kwargs))))
+        if self.wanted is not None and not self.wanted:  # the layout pass: track where tensors come from
+            for t in tensors_of(out):
+                self.origin[id(t)] = src
+                self.keep.append(t)
+        return out
+
+    def origins(self, item) -> set:
+        return set().union(*(self.origin.get(id(t), frozenset()) for t in tensors_of(item)))

@@ -16,7 +16,16 @@ from pathlib import Path
 
 from suites.data import suite_dir
 from suites.registry import SuiteError, SuiteTasks
-from suites.script import GIVEN, TOLERANCE, ScriptRunner, cpu_rewrite, guess_category, seed_all, split_kernel_file
+from suites.script import (
+    GIVEN,
+    TOLERANCE,
+    LazyFactories,
+    ScriptRunner,
+    cpu_rewrite,
+    guess_category,
+    seed_all,
+    split_kernel_file,
+)
 from suites.task import ShapeSet, Task
 
 PACKAGE = "TritonBench_v1"  # what the perf files import the kernel module as
@@ -46,7 +55,9 @@ class TritonBenchRunner(ScriptRunner):
         self.reference_source, self.reference_entry = module_code, entries[0]
         self._compiled = None
         self._perf_classes: dict[str, type] = {}
-        self._items: tuple[int, list] | None = None  # (seed, input items) of the last draw
+        self._layout: list | None = None
+        self._ref_module = None
+        self._item: tuple | None = None  # ((index, seed), the input) of the last draw
         self.packed = True
 
     def run_test(self, module, seed: int, entry: str):
@@ -89,31 +100,65 @@ class TritonBenchRunner(ScriptRunner):
             self._perf_classes[key] = cls
         return self._perf_classes[key]
 
-    def _placeholder(self):
-        m = types.ModuleType(f"{self.name}_placeholder")
-        for e in self.entries:
-            setattr(m, e, None)
-        return m
+    def _input_module(self):
+        """The reference module, for perf files whose input makers call the task's own helpers
+        (a quantizer, say); loaded once, in the worker."""
+        if self._ref_module is None:
+            import importlib.util
+            import tempfile
 
-    def items(self, seed: int) -> list:
-        if self._items is None or self._items[0] != seed:
-            self._items = None  # drop the old draw before making the next
-            perf = self._perf_class(self._placeholder())()
-            seed_all(seed)
+            source = cpu_rewrite(self.reference_source) if _interpreting() else self.reference_source
+            name = f"{self.name}_inputs"
+            path = os.path.join(tempfile.mkdtemp(prefix="te-ref-"), name + ".py")  # @triton.jit needs a file
+            with open(path, "w") as f:
+                f.write(source)
+            spec = importlib.util.spec_from_file_location(name, path)
+            m = importlib.util.module_from_spec(spec)
+            sys.modules[name] = m
+            spec.loader.exec_module(m)
+            self._ref_module = m
+        return self._ref_module
+
+    def _draw(self, seed: int, wanted: set | None):
+        perf = self._perf_class(self._input_module())()
+        seed_all(seed)
+        with LazyFactories(wanted) as lazy:
             perf.get_input_tensors()
-            items = list(perf.input_tensors)
-            if not items:
-                raise RuntimeError(f"{self.perf_path}: get_input_tensors made no inputs")
-            self.packed = isinstance(items[0], (tuple, list))
-            self._items = (seed, items)
-        return self._items[1]
+        items = list(perf.input_tensors)
+        if not items:
+            raise RuntimeError(f"{self.perf_path}: get_input_tensors made no inputs")
+        self.packed = isinstance(items[0], (tuple, list))
+        return items, lazy
+
+    def layout(self) -> list:
+        """The inputs as meta tensors (no memory, no time) and which factory calls made each;
+        where the perf file cannot build them as meta tensors, real ones (and every call)."""
+        if self._layout is None:
+            try:
+                items, lazy = self._draw(0, wanted=set())
+                self._layout = [(item, lazy.origins(item)) for item in items]
+            except Exception:  # noqa: BLE001 - e.g. an input maker that launches a kernel
+                items, _ = self._draw(0, wanted=None)
+                self._layout = [(item, None) for item in items]
+        return self._layout
+
+    def item(self, index: int, seed: int):
+        """One benchmark input, real: only the factory calls that make it draw data, so a perf
+        file that builds 20 GB of inputs costs the memory of the one asked for."""
+        key = (index, seed)
+        if self._item is None or self._item[0] != key:
+            self._item = None
+            wanted = self.layout()[index][1]
+            items, _ = self._draw(seed, wanted)
+            self._item = (key, items[index])
+        return self._item[1]
 
     @property
     def perf_count(self) -> int:
-        return len(self.items(0))
+        return len(self.layout())
 
     def perf_args(self, index: int, seed: int) -> tuple:
-        item = self.items(seed)[index]
+        item = self.item(index, seed)
         return tuple(item) if isinstance(item, (tuple, list)) else (item,)
 
     def bind(self, module, entry: str):
@@ -127,8 +172,8 @@ class TritonBenchRunner(ScriptRunner):
 
     def cost(self, index: int, seed: int) -> tuple[float, float]:
         """(bytes, flops) from the perf file's formulas: their rate at a runtime of 1000 ms."""
-        perf = self._perf_class(self._placeholder())()
-        item = self.items(seed)[index]
+        perf = self._perf_class(self._input_module())()
+        item = self.layout()[index][0]  # meta tensors: the formulas need sizes, not data
         values = []
         for method, unit in (("get_gbps", 1e9), ("get_tflops", 1e12)):
             try:
