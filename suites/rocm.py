@@ -14,7 +14,16 @@ import types
 
 from suites.data import suite_dir
 from suites.registry import SuiteError, SuiteTasks
-from suites.script import GIVEN, TOLERANCE, ScriptRunner, cpu_rewrite, guess_category, seed_all, split_kernel_file
+from suites.script import (
+    GIVEN,
+    TOLERANCE,
+    ScriptRunner,
+    cpu_rewrite,
+    guess_category,
+    seed_all,
+    split_kernel_file,
+    write_temp,
+)
 from suites.task import ShapeSet, Task
 from suites.tritonbench import _interpreting
 
@@ -133,12 +142,12 @@ class RocmRunner(ScriptRunner):
 
     def run_test(self, module, seed: int, entry: str):
         code = cpu_rewrite(self.test_code) if _interpreting() else self.test_code
-        ns = dict(vars(module))
-        ns["__name__"] = f"{module.__name__}_test"
+        ns = vars(module)  # as when the tests are appended to the kernel file
+        ns.pop("result_gold", None)
         saved = {k: sys.modules.get(k) for k in ("pytest", *geak_shim())}
         sys.modules.update({"pytest": pytest_shim(), **geak_shim()})
         try:
-            exec(compile(code, f"<{self.name} test>", "exec"), ns)
+            exec(compile(code, write_temp(f"{self.name}_test.py", code), "exec"), ns)
             fixtures = {k: v for k, v in ns.items() if callable(v) and getattr(v, "_te_fixture", False)}
             for name, fn in list(ns.items()):
                 if not (name.startswith("test_") and callable(fn)) or name.startswith(SKIPPED_TESTS):
@@ -161,7 +170,7 @@ class RocmRunner(ScriptRunner):
                     sys.modules.pop(k, None)
                 else:
                     sys.modules[k] = v
-        gold = ns.get("result_gold")
+        gold = ns.pop("result_gold", None)
         if not isinstance(gold, dict) or not gold:
             raise RuntimeError("the tests left result_gold empty")
         return gold

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from suites.data import SEPARATOR
 from suites.registry import SuiteError
@@ -69,6 +70,15 @@ def split_kernel_file(path: Path, exact: bool = True) -> tuple[str, str]:
     if i is None:
         raise SuiteError(f"{path}: no separator line of 146 '#' between the kernel and its test")
     return "\n".join(lines[:i]) + "\n", "\n".join(lines[i + 1:]) + "\n"
+
+
+def write_temp(name: str, text: str) -> str:
+    """A file for code that Triton must read back (@triton.jit wants its source file)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="te-src-")) / name
+    path.write_text(text)
+    return str(path)
 
 
 def seed_all(seed: int) -> None:
@@ -216,3 +226,20 @@ class LazyFactories(TorchFunctionMode):
 
     def origins(self, item) -> set:
         return set().union(*(self.origin.get(id(t), frozenset()) for t in tensors_of(item)))
+
+
+_EMPTY_OPS = {"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"}
+
+
+class ZeroedEmpty(TorchDispatchMode):
+    """`torch.empty` and friends return zeros while a script task's test runs. Several suite
+    tests hand uninitialized buffers to kernels that read them; in a fresh process (how the suites
+    were written to run) such memory happens to be zero, in a long-lived worker it is whatever the
+    last candidate left. Zeroing makes the reference and every candidate see the same."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if getattr(func, "overloadpacket", None) is not None and func.overloadpacket.__name__ in _EMPTY_OPS:
+            if isinstance(out, torch.Tensor) and out.device.type != "meta":
+                out.zero_()
+        return out

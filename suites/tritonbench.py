@@ -25,6 +25,7 @@ from suites.script import (
     guess_category,
     seed_all,
     split_kernel_file,
+    write_temp,
 )
 from suites.task import ShapeSet, Task
 
@@ -63,14 +64,16 @@ class TritonBenchRunner(ScriptRunner):
     def run_test(self, module, seed: int, entry: str):
         if self._compiled is None:
             code = cpu_rewrite(self.test_code) if _interpreting() else self.test_code
-            self._compiled = compile(code, f"<{self.name} test>", "exec")
-        ns = dict(vars(module))  # the test sees the module's names, as when appended to its file
-        ns["__name__"] = f"{module.__name__}_test"
+            self._compiled = compile(code, write_temp(f"{self.name}_test.py", code), "exec")  # @jit needs a file
+        # in the module's own namespace, as when the test is appended to the kernel file (GEAK's
+        # way): some references use names that only the test imports
+        ns = vars(module)
+        ns.pop("result_gold", None)
         seed_all(seed)
         exec(self._compiled, ns)
         if "result_gold" not in ns:
             raise RuntimeError("the test code left no result_gold")
-        return ns["result_gold"]
+        return ns.pop("result_gold")
 
     # -- the perf file ------------------------------------------------------------------------
     def _perf_class(self, module) -> type:
@@ -105,13 +108,10 @@ class TritonBenchRunner(ScriptRunner):
         (a quantizer, say); loaded once, in the worker."""
         if self._ref_module is None:
             import importlib.util
-            import tempfile
 
             source = cpu_rewrite(self.reference_source) if _interpreting() else self.reference_source
             name = f"{self.name}_inputs"
-            path = os.path.join(tempfile.mkdtemp(prefix="te-ref-"), name + ".py")  # @triton.jit needs a file
-            with open(path, "w") as f:
-                f.write(source)
+            path = write_temp(name + ".py", source)  # @triton.jit needs a file
             spec = importlib.util.spec_from_file_location(name, path)
             m = importlib.util.module_from_spec(spec)
             sys.modules[name] = m
