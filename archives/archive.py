@@ -170,8 +170,8 @@ class Archive:
             where += " and c.generation = ?"
             params.append(generation)
         sql = (f"select c.*, e.id as evaluation_id, e.stage, e.correct, e.heldout_correct, e.passed, e.speedup, "
-               f"e.error, e.device, e.flags, e.times from candidates c left join evaluations e on e.candidate_id = c.id "
-               f"where {where} order by c.id")
+               f"e.error, e.device, e.flags, e.times from candidates c left join evaluations e "
+               f"on e.candidate_id = c.id where {where} order by c.id")
         with self.lock:
             return [_decode(r) for r in self.db.query(sql, params)]
 
