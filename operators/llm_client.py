@@ -120,8 +120,12 @@ class LLMClient:
                                max_retries=0)
 
     # -------------------------------------------------------------------------------------
-    def body(self, messages: list[dict], temperature: float | None) -> dict:
+    def body(self, messages: list[dict], temperature: float | None, seed: int | None = None) -> dict:
         body = {"model": self.config.model, "messages": messages}
+        if seed is not None:
+            # two samples of one prompt are two requests: without a seed the second would get the
+            # first one's stored answer
+            body["seed"] = seed
         if is_reasoning(self.config.model):
             body["max_completion_tokens"] = self.config.max_tokens
         else:
@@ -139,11 +143,11 @@ class LLMClient:
         prompt = len(json.dumps(body["messages"]).encode()) + 16 * len(body["messages"])
         return self.cost(prompt, self.config.max_tokens)
 
-    def complete(self, messages: list[dict], temperature: float | None, meta: dict) -> Reply:
+    def complete(self, messages: list[dict], temperature: float | None, meta: dict, seed: int | None = None) -> Reply:
         """The assistant's text for these messages. `meta` (task, operator, island, generation)
         goes into the archived row. Raises Exhausted (budget, endpoint refused), Pending
         (exchange round), or LLMCallError (this call failed after its retries; recorded)."""
-        body = self.body(messages, temperature)
+        body = self.body(messages, temperature, seed)
         key = request_hash(body)
         hit = self.store.llm_response(key)
         if hit is not None:

@@ -78,16 +78,16 @@ class LLMOperator(Operator):
                 "entry": context.entry, "gpu": self.gpu}
 
     def propose(self, parents: list[Parent], context: Context, rng: random.Random) -> Child | None:
-        return self.ask(self.messages(parents, context), context, self.name)
+        return self.ask(self.messages(parents, context), context, self.name, rng.getrandbits(31))
 
-    def ask(self, messages: list[dict], context: Context, name: str) -> Child | None:
+    def ask(self, messages: list[dict], context: Context, name: str, seed: int) -> Child | None:
         """Raises Exhausted / Pending from the client; a failed attempt is None (and recorded)."""
         meta = {"task": context.task_name, "operator": name, "island": context.island,
                 "generation": context.generation}
         calls = []
         for turn in range(2):
             try:
-                reply = self.client.complete(messages, context.temperature, meta)
+                reply = self.client.complete(messages, context.temperature, meta, seed)
             except LLMCallError:
                 return None
             calls.append(reply.call_id)
