@@ -164,7 +164,7 @@ def test_bad_llm_input_is_one_line_at_start(tmp_path, extra, environment, messag
 @pytest.mark.parametrize("answer, status_word", [
     ("x" * (2 << 20), "done"),  # 2 MB of babble: every attempt fails, recorded; the run goes on
     ((404, {"error": {"message": "The model `test-model` does not exist"}}, {}), "refused"),
-])
+], ids=["2MB-answer", "404-model"])
 def test_unusable_endpoint_answers_are_recorded_not_crashes(tmp_path, answer, status_word):
     with LLMServer(responder=lambda body, n: answer, models=None) as s:
         p = subprocess.run(cmd(tmp_path, "--model", "test-model", "--base-url", s.url, "--generations", "1",
