@@ -27,14 +27,14 @@ def parse_answer(text: str, entry: str) -> Parsed:
     if not blocks:
         return Parsed(None, _note(text), "the answer has no fenced ```python code block")
     first_error = ""
-    for start, _, code in blocks:
+    for _, _, code in blocks:
         try:
             tree = ast.parse(code)
         except SyntaxError as e:
             first_error = first_error or f"the ```python block does not parse: {e.msg} (line {e.lineno})"
             continue
         if any(isinstance(n, ast.FunctionDef) and n.name == entry for n in tree.body):
-            return Parsed(code.rstrip() + "\n", _note(text[:start]), "")
+            return Parsed(code.rstrip() + "\n", _note(text[:blocks[0][0]]), "")  # the prose, not earlier code
         first_error = first_error or f"no ```python block defines the entry point `def {entry}(...)` at module level"
     return Parsed(None, _note(text), first_error)
 
