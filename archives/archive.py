@@ -199,10 +199,10 @@ class Archive:
                                       [request_hash]))
         return rows[0] if rows else None
 
-    def has_llm_call(self, request_hash: str) -> bool:
+    def has_llm_call(self, request_hash: str, source: str) -> bool:
         with self.lock:
-            return self.db.execute("select 1 from llm_calls where request_hash = ? limit 1",
-                                   [request_hash]).fetchone() is not None
+            return self.db.execute("select 1 from llm_calls where request_hash = ? and source = ? limit 1",
+                                   [request_hash, source]).fetchone() is not None
 
     def add_llm_call(self, row: dict) -> int:
         with self.lock, self.db.conn:

@@ -193,10 +193,14 @@ class LLMClient:
             retry_after = None
             try:
                 resp = self._sdk.chat.completions.create(**body)
-                usage = resp.usage.model_dump() if resp.usage else {}
-                if not resp.choices:
-                    return None, usage, attempt, time.monotonic() - t0, "the response has no choices", None
-                text = resp.choices[0].message.content or ""
+                try:  # the SDK does not validate: a server's odd JSON surfaces here
+                    usage = resp.usage.model_dump() if resp.usage else {}
+                    text = resp.choices[0].message.content or ""
+                except (AttributeError, IndexError, TypeError):
+                    return None, {}, attempt, time.monotonic() - t0, "the response holds no chat completion", None
+                if not isinstance(text, str) or not all(isinstance(usage.get(k, 0) or 0, int) for k in
+                                                        ("prompt_tokens", "completion_tokens")):
+                    return None, {}, attempt, time.monotonic() - t0, "the response holds no chat completion", None
                 return text, usage, attempt, time.monotonic() - t0, "", 200
             except openai.APIStatusError as e:
                 status = e.status_code

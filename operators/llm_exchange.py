@@ -102,8 +102,10 @@ def import_answers(exchange: Exchange, client) -> int:
     """Stores every answer not stored yet; returns how many were new."""
     new = 0
     for a in exchange.answers():
-        key = a["custom_id"]
-        if client.store.has_llm_call(key):
+        key, source = a["custom_id"], f"batch:{a['file']}"
+        # per answer file: a request that failed in one batch and was asked again in the next is
+        # imported from each; an answer already stored for it makes the later one moot
+        if client.store.has_llm_call(key, source) or client.store.llm_response(key) is not None:
             continue
         usage = a["usage"]
         text = a["text"]
@@ -114,7 +116,7 @@ def import_answers(exchange: Exchange, client) -> int:
             "completion_tokens": usage.get("completion_tokens"),
             "cost_usd": client.cost(usage.get("prompt_tokens"), usage.get("completion_tokens"),
                                     client.config.batch_discount),
-            "latency_s": None, "attempts": 1, "error": a["error"], "source": f"batch:{a['file']}",
+            "latency_s": None, "attempts": 1, "error": a["error"], "source": source,
             "created": time.time()})
         new += 1
     return new

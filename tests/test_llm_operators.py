@@ -232,3 +232,10 @@ def test_a_rejected_model_is_recorded_and_stops_the_llm(archive):
             op.propose([parent(2, 1.0)], context(), random.Random(0))
         assert len(s.requests) == 1
     assert "HTTP 404" in calls(archive)[0]["error"]
+
+
+def test_a_200_that_is_not_a_chat_completion_is_a_recorded_failure(archive):
+    with LLMServer(responder=lambda b, n: (200, {"unexpected": True}, {})) as s:
+        child = LLMMutate(client_for(s, archive), "gpu").propose([parent(1, 1.0)], context(), random.Random(0))
+        assert len(s.requests) == 1
+    assert child is None and "no chat completion" in calls(archive)[0]["error"]
