@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-COMMANDS = ("search", "check", "validate", "list")
+COMMANDS = ("search", "check", "validate", "list", "llm-batch")
 
 
 class UsageError(Exception):
@@ -51,6 +51,28 @@ def _search_opts(p: argparse.ArgumentParser):
     p.add_argument("--time-limit", type=float, default=None, help="stop the run after this many seconds")
     p.add_argument("--target-speedup", type=float, default=None, help="stop a task once this speedup is reached")
     p.add_argument("--fresh", action="store_true", help="start a new archive even if one exists")
+    g = p.add_argument_group("LLM operators (any OpenAI-compatible endpoint; the key comes from OPENAI_API_KEY)")
+    g.add_argument("--model", default=None, help="model name; setting one makes --operators llm the default")
+    g.add_argument("--base-url", default=None, help="endpoint, e.g. http://localhost:8000/v1 "
+                   "(default: OPENAI_BASE_URL, else OpenAI's)")
+    g.add_argument("--temperature", default="0.6,1.2", metavar="LO[,HI]",
+                   help="sampling temperatures, spread across the islands (default 0.6,1.2)")
+    g.add_argument("--llm-concurrency", type=int, default=8, help="LLM calls in flight at once (default 8)")
+    g.add_argument("--llm-timeout", type=float, default=300.0, help="seconds for one LLM call (default 300)")
+    g.add_argument("--llm-retries", type=int, default=5, help="retries on 429, 5xx and timeouts (default 5)")
+    g.add_argument("--max-tokens", type=int, default=8192, help="completion tokens per call (default 8192)")
+    g.add_argument("--max-cost", type=float, default=None, help="USD the run may spend on LLM calls, all "
+                   "sessions together; never exceeded (in-flight calls count)")
+    g.add_argument("--max-llm-calls", type=int, default=None, help="LLM calls the run may make, all sessions")
+    g.add_argument("--llm-price", default=None, metavar="IN,OUT",
+                   help="USD per million prompt and completion tokens (overrides the built-in table)")
+    g.add_argument("--max-debug", type=int, default=5,
+                   help="failed repairs of one lineage before it is dropped for a fresh kernel (default 5)")
+    g.add_argument("--knob-rate", type=float, default=0.3,
+                   help="with --operators both: the share of children from knob operators (default 0.3)")
+    g.add_argument("--llm-exchange", default=None, metavar="DIR",
+                   help="no network: write each round's LLM requests to DIR/requests.jsonl (Batch API format) "
+                   "and stop (exit 3); run again once DIR holds the Batch API output .jsonl")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.add_argument("--no-time", action="store_true", help="check that references run, without timing them")
     p.add_argument("--pending", action="store_true", help="only the tasks the validation record lacks")
+    p = sub.add_parser("llm-batch", help="send DIR/requests.jsonl through the OpenAI Batch API, wait, and "
+                       "write the answers into DIR")
+    p.add_argument("dir", help="the --llm-exchange folder")
+    p.add_argument("--base-url", default=None, help="default: OPENAI_BASE_URL, else OpenAI's")
+    p.add_argument("--poll", type=float, default=30.0, help="seconds between status checks (default 30)")
     p = sub.add_parser("list", help="list the tasks of a suite")
     _common(p)
     _filters(p)
@@ -244,6 +271,22 @@ def cmd_search(args) -> int:
         raise UsageError(str(e)) from None
 
 
+def cmd_llm_batch(args) -> int:
+    from operators.llm_exchange import ExchangeError, send_batch
+
+    key = os.environ.get("OPENAI_API_KEY")
+    if not key:
+        raise UsageError("llm-batch needs an API key in OPENAI_API_KEY")
+    if args.poll <= 0:
+        raise UsageError("--poll must be positive")
+    try:
+        send_batch(args.dir, key, args.base_url or os.environ.get("OPENAI_BASE_URL") or None, args.poll,
+                   say=lambda m: print(m, flush=True))
+    except ExchangeError as e:
+        raise UsageError(str(e)) from None
+    return 0
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
@@ -253,7 +296,8 @@ def main(argv=None) -> int:
 
     try:
         return {"search": cmd_search, "check": cmd_check, "validate": cmd_validate,
-                "list": cmd_list}[args.command](args)
+                "list": cmd_list,
+                "llm-batch": cmd_llm_batch}[args.command](args)
     except (UsageError, SuiteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -8,7 +8,11 @@ Tables (users and tests query these names):
   evaluations(id, candidate_id, stage, correct, heldout_correct, passed, speedup, error, times,
               device, flags, verdict)
   populations(run_id, task, island, generation, members)   an island after a finished generation
-  llm_calls(...)                reserved for the LLM operators
+  llm_calls(id, run_id, candidate_id, task, operator, island, generation, model, request_hash,
+            messages, response, prompt_tokens, completion_tokens, cost_usd, latency_s, attempts,
+            error, parse_error, source)   one row per LLM call actually made (or answer imported
+            from a Batch API file); `response` is stored before it is used, and a request whose
+            hash has a stored response is never sent again
 WAL mode: readers (a report, a test) never block the writer, and a kill loses at most the
 write in flight. One connection, shared by the engine's threads under a lock.
 """
@@ -25,6 +29,13 @@ import sqlite_utils
 
 TOOL = "triton-evolve"
 SCHEMA_VERSION = 1
+
+
+LLM_COLUMNS = {"id": int, "run_id": int, "candidate_id": int, "task": str, "operator": str, "island": int,
+               "generation": int, "model": str, "request_hash": str, "messages": str, "response": str,
+               "response_chars": int, "prompt_tokens": int, "completion_tokens": int, "cost_usd": float,
+               "latency_s": float, "attempts": int, "error": str, "parse_error": str, "source": str,
+               "created": float}
 
 
 class ArchiveError(Exception):
@@ -100,10 +111,12 @@ class Archive:
             db["populations"].create({"run_id": int, "task": str, "island": int, "generation": int,
                                       "members": str, "created": float},
                                      pk=("run_id", "task", "island", "generation"), if_not_exists=True)
-            db["llm_calls"].create({"id": int, "run_id": int, "candidate_id": int, "task": str, "operator": str,
-                                    "model": str, "messages": str, "response": str, "prompt_tokens": int,
-                                    "completion_tokens": int, "latency_s": float, "error": str,
-                                    "created": float}, pk="id", if_not_exists=True)
+            db["llm_calls"].create(LLM_COLUMNS, pk="id", if_not_exists=True)
+            # archives made before the LLM operators have the reserved table, empty, without these
+            missing = {k: v for k, v in LLM_COLUMNS.items() if k not in db["llm_calls"].columns_dict}
+            for name, kind in missing.items():
+                db["llm_calls"].add_column(name, kind)
+            db["llm_calls"].create_index(["request_hash"], if_not_exists=True)
             db["candidates"].create_index(["run_id", "task", "code_hash"], if_not_exists=True)
             db["candidates"].create_index(["run_id", "task", "island", "generation"], if_not_exists=True)
             db["evaluations"].create_index(["candidate_id"], unique=True, if_not_exists=True)
@@ -157,8 +170,8 @@ class Archive:
             where += " and c.generation = ?"
             params.append(generation)
         sql = (f"select c.*, e.id as evaluation_id, e.stage, e.correct, e.heldout_correct, e.passed, e.speedup, "
-               f"e.error, e.device, e.flags from candidates c left join evaluations e on e.candidate_id = c.id "
-               f"where {where} order by c.id")
+               f"e.error, e.device, e.flags, e.times from candidates c left join evaluations e "
+               f"on e.candidate_id = c.id where {where} order by c.id")
         with self.lock:
             return [_decode(r) for r in self.db.query(sql, params)]
 
@@ -166,7 +179,7 @@ class Archive:
         with self.lock:
             rows = list(self.db.query(
                 "select c.*, e.id as evaluation_id, e.stage, e.correct, e.heldout_correct, e.passed, e.speedup, "
-                "e.error, e.device, e.flags, e.verdict from candidates c left join evaluations e "
+                "e.error, e.device, e.flags, e.times, e.verdict from candidates c left join evaluations e "
                 "on e.candidate_id = c.id where c.id = ?", [candidate_id]))
         if not rows:
             raise KeyError(candidate_id)
@@ -176,6 +189,40 @@ class Archive:
         with self.lock:
             return self.db.execute("select count(*) from evaluations e join candidates c on c.id = e.candidate_id "
                                    "where c.run_id = ? and c.task = ?", [run_id, task]).fetchone()[0]
+
+    # -- LLM calls (the client's store) ------------------------------------------------------
+    def llm_response(self, request_hash: str) -> dict | None:
+        """The stored answer to this request, if one was received (failed transports don't count)."""
+        with self.lock:
+            rows = list(self.db.query("select id, response from llm_calls where request_hash = ? and "
+                                      "response is not null and (error is null or error = '') order by id limit 1",
+                                      [request_hash]))
+        return rows[0] if rows else None
+
+    def has_llm_call(self, request_hash: str, source: str) -> bool:
+        with self.lock:
+            return self.db.execute("select 1 from llm_calls where request_hash = ? and source = ? limit 1",
+                                   [request_hash, source]).fetchone() is not None
+
+    def add_llm_call(self, row: dict) -> int:
+        with self.lock, self.db.conn:
+            return self.db["llm_calls"].insert({k: v for k, v in row.items() if k in LLM_COLUMNS}).last_pk
+
+    def note_llm_failure(self, call_id: int, parse_error: str):
+        with self.lock, self.db.conn:
+            self.db["llm_calls"].update(call_id, {"parse_error": parse_error})
+
+    def link_llm_calls(self, call_ids: list[int], candidate_id: int):
+        with self.lock, self.db.conn:
+            for i in call_ids:
+                self.db["llm_calls"].update(i, {"candidate_id": candidate_id})
+
+    def llm_totals(self, run_id: int) -> tuple[int, float]:
+        """(calls made, dollars spent) in this run, over all its sessions."""
+        with self.lock:
+            n, cost = self.db.execute("select count(*), coalesce(sum(cost_usd), 0) from llm_calls where run_id = ?",
+                                      [run_id]).fetchone()
+        return n, cost
 
     # -- populations ----------------------------------------------------------------------
     def save_generation(self, run_id: int, task: str, generation: int, islands: list[list[int]]):
@@ -199,7 +246,7 @@ class Archive:
 
 def _decode(row: dict) -> dict:
     row = dict(row)
-    for key in ("parent_ids", "flags"):
+    for key in ("parent_ids", "flags", "times"):
         if isinstance(row.get(key), str):
             row[key] = json.loads(row[key])
     for key in ("correct", "heldout_correct", "passed"):

@@ -15,10 +15,15 @@ from pathlib import Path
 
 from archives.archive import Archive
 from evolve.export import export
+from evolve.llm_setup import LLMRun, llm_config, llm_run, temperatures
 from evolve.progress import Progress
 from evolve.task_search import SearchConfig, TaskSearch
 from operators.registry import build as build_operators
+from operators.registry import resolve as resolve_operators
 from suites.registry import load_suite, select
+
+WAITING = "waiting for LLM answers"
+EXIT_WAITING = 3  # an --llm-exchange round is written and waits for its answers
 
 # a resumed run must keep these; the others (generations, budgets) may grow between sessions
 FIXED = ("suite", "suite_path", "islands", "population", "seed", "migration_interval", "operators")
@@ -42,6 +47,8 @@ def _check(args):
         problems.append("--budget-evals must be at least 1")
     if args.time_limit is not None and args.time_limit <= 0:
         problems.append("--time-limit must be positive")
+    if args.max_debug < 1:
+        problems.append("--max-debug must be at least 1")
     if problems:
         raise SearchError("; ".join(problems))
 
@@ -60,7 +67,7 @@ def _run_id(archive: Archive, config: dict, fresh: bool) -> tuple[int, str]:
     return latest["id"], f"resuming run {latest['id']}"
 
 
-def _searchable(tasks, args):
+def _searchable(tasks, args, operators: str):
     """Leaves out, saying so, the tasks invalid on this machine (validate's record) and those with
     no starting kernel when no operator can write one."""
     from suites import validation
@@ -69,7 +76,7 @@ def _searchable(tasks, args):
     record = validation.read(path)
     invalid = validation.invalid_tasks(record)
     left_out = {n: f"invalid-here on {record.get('device')} ({invalid[n][:80]})" for n in tasks if n in invalid}
-    if (args.operators or "knobs") == "knobs":
+    if operators == "knobs":
         left_out.update({n: "no starting kernel (the knob operators need one; use --operators llm)"
                          for n, t in tasks.items() if not t.start_source})
     for n, why in left_out.items():
@@ -82,36 +89,52 @@ def _searchable(tasks, args):
 
 def run_search(args, make_evaluator) -> int:
     _check(args)
-    operators, operator_line = build_operators(args.operators)
+    name = resolve_operators(args.operators, args.model)
+    llm = llm_config(args) if name != "knobs" else None  # every LLM problem is reported here, at start
     tasks = _searchable(select(load_suite(args.suite, args.suite_path), args.tasks, args.difficulty, args.category),
-                        args)
+                        args, name)
     archive_path = Path(args.archive or f"runs/{args.suite}.db")
     export_dir = Path(args.export or f"runs/{args.suite}-best")
     config = {"suite": args.suite, "suite_path": args.suite_path, "islands": args.islands,
               "population": args.population, "seed": args.seed, "migration_interval": args.migration_interval,
-              "operators": args.operators or "knobs", "generations": args.generations}
+              "operators": name, "generations": args.generations, "model": args.model}
     evaluator = make_evaluator()
     try:
         archive = Archive(archive_path)
     except BaseException:
         evaluator.close()
         raise
+    waiting = False
     try:
         run_id, how = _run_id(archive, config, args.fresh)
+        llm_state: LLMRun | None = llm_run(llm, args, archive, run_id, tasks) if llm else None
+        operators, operator_line = build_operators(name, llm_state.setup if llm_state else None, args.knob_rate,
+                                                   explicit=args.operators is not None)
         search = SearchConfig(islands=args.islands, population=args.population, generations=args.generations,
                               migration_interval=args.migration_interval, seed=args.seed,
-                              budget_evals=args.budget_evals, target_speedup=args.target_speedup)
+                              budget_evals=args.budget_evals, target_speedup=args.target_speedup,
+                              temperatures=temperatures(args.temperature, args.islands) if llm else ())
         print(f"triton-evolve: suite {args.suite}, {len(tasks)} task(s), {args.islands} island(s) x "
               f"{args.population}, {args.generations} generation(s); archive {archive_path} ({how}); "
               f"operators: {operator_line}", flush=True)
-        interrupted = _search(archive, run_id, tasks, search, operators, evaluator, args)
+        if llm_state:
+            print(llm_state.start_line, flush=True)
+        interrupted, statuses = _search(archive, run_id, tasks, search, operators, evaluator, args)
         summary = export(archive, run_id, args.suite, list(tasks), export_dir, args.suite_path)
         _report(summary, export_dir)
-        archive.set_status(run_id, "interrupted" if interrupted else "finished")
+        if llm_state:
+            print(llm_state.summary(), flush=True)
+            waiting = WAITING in statuses.values()
+            if waiting:
+                path, n = llm_state.exchange.write_requests()
+                print(f"waiting for LLM answers: wrote {n} request(s) to {path} (OpenAI Batch API input format); "
+                      f"send them with `python run.py llm-batch {path.parent}` (or any Batch API runner that "
+                      f"writes its output .jsonl into {path.parent}), then run this command again", flush=True)
+        archive.set_status(run_id, "interrupted" if interrupted else "waiting" if waiting else "finished")
     finally:
         evaluator.close()
         archive.close()
-    return 130 if interrupted else 0
+    return 130 if interrupted else EXIT_WAITING if waiting else 0
 
 
 def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
@@ -128,9 +151,12 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
             return evaluator.evaluate(task, source)
         return evals.submit(job)
 
+    statuses = {}
+
     def one(task):
         ts = TaskSearch(task, archive, run_id, submit, operators, search, stop, on_event=progress)
         status = ts.run()
+        statuses[task.name] = status
         progress.task_done(task.name, status)
 
     timer = threading.Timer(args.time_limit, stop.set) if args.time_limit else None
@@ -167,7 +193,7 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
     if busy is not None:
         line += f"; GPU timing worker busy {100 * busy / max(wall, 1e-9):.0f}% of the wall time"
     print(line, flush=True)
-    return interrupted
+    return interrupted, statuses
 
 
 def _report(summary: dict, export_dir: Path):

@@ -11,19 +11,25 @@ completes, an island population when its generation has finished. Resuming there
 reload the last finished generation, take the children already made for the next one (evaluating
 those without an evaluation), and make only the ones still missing. A child whose normalized
 source was already seen in this run is never evaluated twice.
+
+Islands make their children concurrently (LLM operators wait on the network), each from its own
+random stream, so a resumed run draws the same operators and parents, asks the LLM the same
+questions, and finds their answers in the archive. A `repairs` operator (reflexion) gets the
+island's failed children of the previous generation, up to half the places; the rest are drawn.
 """
 from __future__ import annotations
 
+import inspect
 import random
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
 from archives.archive import Archive
 from archives.codehash import code_hash
 from evolve.population import Kernel, Policy, kernel_from_row
-from operators.base import Context, Parent, WeightedOperator, pick
+from operators.base import Context, Exhausted, Parent, Pending, WeightedOperator, pick
 from suites.task import Task
 
 START_ISLAND = -1  # the starting kernel belongs to every island
@@ -46,12 +52,19 @@ class TaskSearch:
                  operators: list[WeightedOperator], config: SearchConfig, stop: threading.Event,
                  policy: Policy | None = None, on_event: Callable[[dict], None] | None = None):
         self.task, self.archive, self.run_id = task, archive, run_id
-        self.submit, self.operators, self.config, self.stop = submit, operators, config, stop
+        self.submit, self.operators, self.config, self.stop = submit, list(operators), config, stop
         self.policy = policy or Policy()
         self.on_event = on_event or (lambda e: None)
         self.known = {r["code_hash"] for r in archive.candidates(run_id, task.name)}
         self.best: float | None = None
         self.status = "running"
+        self.waiting = False  # an operator's answer is pending (LLM exchange round)
+        self.exhausted = ""  # why operators were dropped (LLM budget, endpoint)
+        self.lock = threading.Lock()
+        try:
+            self.reference = inspect.getsource(task.reference)
+        except (OSError, TypeError):
+            self.reference = ""
 
     # -------------------------------------------------------------------------------------
     def run(self) -> str:
@@ -59,7 +72,7 @@ class TaskSearch:
         if state is None:
             islands = self._generation_zero()
             if islands is None:
-                return self._finish("stopped")
+                return self._finish(self._halt_reason())
             self.archive.save_generation(self.run_id, self.task.name, 0, [[k.id for k in p] for p in islands])
             done = 0
         else:
@@ -72,8 +85,8 @@ class TaskSearch:
             if reason:
                 return self._finish(reason)
             children = self._evaluate_generation(gen, islands)
-            if children is None:
-                return self._finish("stopped")
+            if children is None or self.waiting:
+                return self._finish(self._halt_reason())
             islands = [self.policy.replace(pop, kids, self.config.population) for pop, kids in zip(islands, children)]
             if self.config.migration_interval and gen % self.config.migration_interval == 0:
                 self.policy.migrate(islands, self._rng(-1, gen))
@@ -86,9 +99,14 @@ class TaskSearch:
         self.status = status
         return status
 
+    def _halt_reason(self) -> str:
+        return "waiting for LLM answers" if self.waiting else "stopped"
+
     def _should_stop(self) -> str:
         if self.stop.is_set():
             return "stopped"
+        if not any(w.operator.arity == 1 and not w.operator.repairs for w in self.operators):
+            return self.exhausted or "no operators left"
         if self.config.target_speedup and self.best and self.best >= self.config.target_speedup:
             return "target reached"
         if self.config.budget_evals and self.archive.evaluation_count(self.run_id, self.task.name) >= \
@@ -113,7 +131,7 @@ class TaskSearch:
         start = kernel_from_row(self.archive.candidate(starts[0]["id"]))
         seeds = [[start.copy()] for _ in range(self.config.islands)]
         mutants = self._evaluate_generation(0, seeds, mutations_only=True)
-        if mutants is None:
+        if mutants is None or self.waiting:
             return None
         return [pop + kids for pop, kids in zip(seeds, mutants)]
 
@@ -124,10 +142,12 @@ class TaskSearch:
         if self.config.budget_evals:
             left = self.config.budget_evals - self.archive.evaluation_count(self.run_id, self.task.name)
             want = max(0, min(want, -(-left // max(1, len(islands)))))
-        rows = []
-        for i, pop in enumerate(islands):
+        def island_rows(i: int) -> list[dict]:
             have = self.archive.candidates(self.run_id, self.task.name, i, gen)
-            rows.append(have + self._make_children(i, gen, pop, want - len(have), mutations_only))
+            return have + self._make_children(i, gen, islands[i], want - len(have), mutations_only)
+
+        with ThreadPoolExecutor(len(islands), thread_name_prefix=f"{self.task.name}-island") as pool:
+            rows = list(pool.map(island_rows, range(len(islands))))
         if not self._evaluate_pending([r for island in rows for r in island]):
             return None
         return [[kernel_from_row(self.archive.candidate(r["id"])) for r in island] for island in rows]
@@ -136,25 +156,87 @@ class TaskSearch:
         if n <= 0 or self.stop.is_set():
             return []
         rng = self._rng(island, gen)
-        ops = [w for w in self.operators if w.operator.arity == 1] if mutations_only else self.operators
+        rows = self.archive.candidates(self.run_id, self.task.name)
         context = Context(self.task.name, self.task.instruction, self.task.entry, island, gen,
-                          self._temperature(island))
-        made, attempts = [], 0
-        while len(made) < n and attempts < 5 * n and not self.stop.is_set():
-            attempts += 1
-            op = pick(ops, rng)
-            parents = self.policy.parents(pop, op.arity, rng) if len(pop) > 1 else [pop[0]] * op.arity
-            child = op.propose([Parent(p.id, p.source, p.speedup, p.correct, p.error) for p in parents], context, rng)
-            if child is None:
-                continue
-            h = code_hash(child.source)
-            if h in self.known:
-                continue  # the same kernel was made before in this run: it is not evaluated again
-            self.known.add(h)
-            cid = self.archive.add_candidate(self.run_id, self.task.name, island, gen, child.source, h,
-                                             [p.id for p in parents], child.operator, child.note)
-            made.append(self.archive.candidate(cid))
+                          self._temperature(island), self._history(rows, island, gen), self.reference)
+        # the previous generation's failures of this island, for the repair operator
+        failed = [r for r in rows if r["island"] == island and r["generation"] == gen - 1 and
+                  r.get("evaluation_id") is not None and not r.get("correct")]
+        made, waiting, attempts, repairs = [], 0, 0, 0
+        while len(made) + waiting < n and attempts < 5 * n and not self.stop.is_set():
+            jobs = []  # drawn in order from the island's stream: the same on resume
+            for _ in range(n - len(made) - waiting):
+                attempts += 1
+                repair = self._repairer() if not mutations_only else None
+                if repair is not None and failed and repairs < (n + 1) // 2:
+                    repairs += 1
+                    op, parents = repair, [kernel_from_row(failed.pop(0))]
+                else:
+                    ops = [w for w in self.operators if not w.operator.repairs and
+                           (w.operator.arity == 1 or not mutations_only)]
+                    if not ops:
+                        break
+                    op = pick(ops, rng)
+                    parents = self.policy.parents(pop, op.arity, rng) if len(pop) > 1 else [pop[0]] * op.arity
+                jobs.append((op, parents, random.Random(rng.getrandbits(64))))
+            if not jobs:
+                break
+            with ThreadPoolExecutor(len(jobs), thread_name_prefix=f"{self.task.name}-propose") as pool:
+                outcomes = list(pool.map(lambda j: self._propose(j, context), jobs))
+            for (_, parents, _), child in zip(jobs, outcomes):
+                if child == "pending":
+                    waiting += 1
+                    continue
+                if child is None:
+                    continue
+                h = code_hash(child.source)
+                with self.lock:
+                    if h in self.known:
+                        continue  # the same kernel was made before in this run: it is not evaluated again
+                    self.known.add(h)
+                cid = self.archive.add_candidate(self.run_id, self.task.name, island, gen, child.source, h,
+                                                 [p.id for p in parents], child.operator, child.note)
+                if child.llm_calls:
+                    self.archive.link_llm_calls(child.llm_calls, cid)
+                made.append(self.archive.candidate(cid))
         return made
+
+    def _propose(self, job, context: Context):
+        op, parents, rng = job
+        try:
+            return op.propose([self._parent(p) for p in parents], context, rng)
+        except Pending:
+            self.waiting = True
+            return "pending"
+        except Exhausted as e:
+            with self.lock:
+                self.exhausted = str(e)
+                self.operators = [w for w in self.operators if w.operator is not op and
+                                  getattr(w.operator, "client", None) is not getattr(op, "client", 0)]
+            return None
+
+    def _repairer(self):
+        return next((w.operator for w in self.operators if w.operator.repairs), None)
+
+    def _parent(self, k: Kernel, row: dict | None = None) -> Parent:
+        """What operators see of a kernel: its results and, for repairs, its lineage's reflections."""
+        row = row or self.archive.candidate(k.id)
+        reflections, cur = [], row
+        while cur.get("operator") == "llm_repair" and len(reflections) < 50:
+            reflections.insert(0, cur.get("note") or "")
+            if not cur.get("parent_ids"):
+                break
+            cur = self.archive.candidate(cur["parent_ids"][0])
+        return Parent(k.id, k.source, k.speedup, k.correct, k.error, stage=k.stage, times=row.get("times") or [],
+                      flags=row.get("flags") or [], operator=row.get("operator") or "", note=row.get("note") or "",
+                      reflections=reflections, repairs=len(reflections))
+
+    def _history(self, rows: list[dict], island: int, gen: int) -> list[Parent]:
+        """The island's correct earlier attempts (the start included), ascending by speedup."""
+        done = [r for r in rows if r["island"] in (island, START_ISLAND) and r["generation"] < gen
+                and r.get("evaluation_id") is not None and r.get("correct")]
+        done.sort(key=lambda r: (r.get("speedup") or 0.0, r["id"]))
+        return [self._parent(kernel_from_row(r), r) for r in done]
 
     def _temperature(self, island: int) -> float | None:
         t = self.config.temperatures

@@ -16,6 +16,14 @@ class Parent:
     speedup: float | None = None  # None: correct but untimed (no GPU), or failed
     correct: bool = False  # on the tuning shapes
     error: str = ""
+    # what LLM prompts show; the knob operators ignore these
+    stage: str = "none"
+    times: list = field(default_factory=list)  # per tuning shape: candidate/baseline ms
+    flags: list = field(default_factory=list)  # the evaluator's notes
+    operator: str = ""
+    note: str = ""  # the strategy (or reflection) that made it
+    reflections: list = field(default_factory=list)  # of the repairs in its lineage, oldest first
+    repairs: int = 0  # consecutive repairs that led to it (itself included)
 
 
 @dataclass
@@ -28,7 +36,8 @@ class Context:
     island: int = 0
     generation: int = 0
     temperature: float | None = None
-    history: list = field(default_factory=list)  # earlier attempts, e.g. for OPRO-style prompts
+    history: list = field(default_factory=list)  # earlier attempts (Parent), sorted ascending by speedup
+    reference: str = ""  # the reference's source, when it has one: what generation retrieves by
 
 
 @dataclass
@@ -36,14 +45,26 @@ class Child:
     source: str
     operator: str  # the name stored in the archive
     note: str = ""  # what changed, in a few words
+    llm_calls: list = field(default_factory=list)  # ids of the archived calls that made it
+
+
+class Pending(Exception):
+    """The operator's answer is not here yet (an LLM exchange round is waiting for it)."""
+
+
+class Exhausted(Exception):
+    """The operator can make nothing more in this run (budget spent, endpoint refused us)."""
 
 
 class Operator:
     """Subclasses set `name` and `arity` (1 = mutation, 2 = crossover) and implement `propose`.
-    `propose` returns None when it has nothing to offer for these parents (e.g. no knobs)."""
+    `propose` returns None when it has nothing to offer for these parents (e.g. no knobs).
+    A `repairs` operator is not picked at random: the search hands it the island's children of
+    the last generation that failed."""
 
     name = "operator"
     arity = 1
+    repairs = False
 
     def propose(self, parents: list[Parent], context: Context, rng: random.Random) -> Child | None:
         raise NotImplementedError

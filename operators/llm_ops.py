@@ -1,0 +1,190 @@
+"""The LLM operators (GEAK's inference-time techniques, DESIGN.md section 7), each with its prompt
+template in operators/prompts/:
+- LLMMutate (the optimizer): the parent, the island's earlier attempts sorted ascending by speedup
+  so the best comes last (OPRO), per-shape times, the evaluator's notes, the GPU's figures;
+- LLMCrossover: two parents with their scores and strategies;
+- LLMRepair (reflexion): a failed child with its trimmed error trace and the reflections of its
+  lineage; past `max_debug` failed repairs the lineage is dropped and LLMGenerate writes afresh;
+- LLMGenerate: from the task's instruction, with knowledge injection and a retrieved one-shot example.
+An answer that cannot be parsed gets one follow-up in the same conversation; then the attempt
+counts as failed (the raw answers stay in the archive's llm_calls).
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from string import Template
+
+from operators.base import Child, Context, Operator, Parent
+from operators.llm_client import LLMCallError, LLMClient
+from operators.llm_parse import MAX_RESPONSE_CHARS, parse_answer
+from operators.retrieval import Retriever
+
+PROMPTS = Path(__file__).parent / "prompts"
+HISTORY = 6  # earlier attempts shown to the optimizer
+ERROR_LINES, ERROR_CHARS = 40, 3000
+
+
+def template(name: str) -> Template:
+    return Template((PROMPTS / f"{name}.md").read_text())
+
+
+def trim_error(text: str) -> str:
+    """The end of a trace is where the cause is: keep the last lines, and the first line (the summary)."""
+    lines = (text or "(no error text)").strip().splitlines()
+    if len(lines) > ERROR_LINES:
+        lines = lines[:1] + [f"... ({len(lines) - ERROR_LINES} lines left out) ..."] + lines[-(ERROR_LINES - 1):]
+    out = "\n".join(lines)
+    return out if len(out) <= ERROR_CHARS else "..." + out[-ERROR_CHARS:]
+
+
+def result_line(p: Parent) -> str:
+    if not p.correct:
+        return f"FAILED at stage {p.stage}: {trim_error(p.error).splitlines()[-1][:200]}"
+    if p.speedup is None:
+        return "correct, not timed (no GPU in this run)"
+    shapes = "; ".join(
+        f"{_shape(t.get('shape'))} {t.get('dtype', '')}: {t['candidate_ms']:.4f} ms vs baseline "
+        f"{t['baseline_ms']:.4f} ms" for t in p.times if "candidate_ms" in t)
+    return f"speedup {p.speedup:.3f}x" + (f" (per shape: {shapes})" if shapes else "")
+
+
+def _shape(shape) -> str:
+    return ",".join(f"{k}={v}" for k, v in (shape or {}).items())
+
+
+def history_block(history: list[Parent]) -> str:
+    """OPRO: the best `HISTORY` attempts, ascending by speedup, so the best sits next to the ask."""
+    ranked = sorted(history, key=lambda p: (p.correct, p.speedup or 0.0))[-HISTORY:]
+    if not ranked:
+        return "(no earlier attempts yet)"
+    return "\n\n".join(f"Attempt {i} ({result_line(p)}; strategy: {p.note or p.operator or 'n/a'}):\n"
+                       f"```python\n{p.source.rstrip()}\n```" for i, p in enumerate(ranked, 1))
+
+
+class LLMOperator(Operator):
+    """Shared by the LLM operators: send, parse, one follow-up, a Child carrying its call ids."""
+
+    template_name = ""
+
+    def __init__(self, client: LLMClient, gpu: str):
+        self.client, self.gpu = client, gpu
+
+    def messages(self, parents: list[Parent], context: Context) -> list[dict]:
+        raise NotImplementedError
+
+    def _base(self, context: Context) -> dict:
+        return {"task": context.task_name, "instruction": context.instruction or "(no instruction given)",
+                "entry": context.entry, "gpu": self.gpu}
+
+    def propose(self, parents: list[Parent], context: Context, rng: random.Random) -> Child | None:
+        return self.ask(self.messages(parents, context), context, self.name, rng.getrandbits(31))
+
+    def ask(self, messages: list[dict], context: Context, name: str, seed: int) -> Child | None:
+        """Raises Exhausted / Pending from the client; a failed attempt is None (and recorded)."""
+        meta = {"task": context.task_name, "operator": name, "island": context.island,
+                "generation": context.generation}
+        calls = []
+        for turn in range(2):
+            try:
+                reply = self.client.complete(messages, context.temperature, meta, seed)
+            except LLMCallError:
+                return None
+            calls.append(reply.call_id)
+            parsed = parse_answer(reply.text, context.entry)
+            if parsed.code is not None:
+                return Child(parsed.code, name, parsed.note, calls)
+            self.client.store.note_llm_failure(reply.call_id, parsed.error)
+            if turn == 1 or len(reply.text) > MAX_RESPONSE_CHARS:
+                return None  # a runaway answer is not echoed back to the model
+            follow = template("followup").substitute(error=parsed.error, entry=context.entry)
+            messages = [*messages, {"role": "assistant", "content": reply.text}, {"role": "user", "content": follow}]
+        return None
+
+    def _chat(self, user: str, context: Context) -> list[dict]:
+        return [{"role": "system", "content": template("system").substitute(entry=context.entry)},
+                {"role": "user", "content": user}]
+
+
+class LLMMutate(LLMOperator):
+    name = "llm_mutate"
+    arity = 1
+
+    def messages(self, parents, context):
+        p = parents[0]
+        others = [h for h in context.history if h.id != p.id]
+        user = template("mutate").substitute(
+            **self._base(context), history=history_block(others), parent_code=p.source.rstrip(),
+            parent_note=p.note or p.operator or "n/a", parent_result=result_line(p),
+            parent_flags=", ".join(p.flags) or "nothing")
+        return self._chat(user, context)
+
+
+class LLMCrossover(LLMOperator):
+    name = "llm_crossover"
+    arity = 2
+
+    def propose(self, parents, context, rng):
+        if parents[0].id == parents[1].id:
+            return None  # tournament drew one kernel twice: nothing to combine
+        return super().propose(parents, context, rng)
+
+    def messages(self, parents, context):
+        a, b = parents
+        user = template("crossover").substitute(
+            **self._base(context), a_code=a.source.rstrip(), b_code=b.source.rstrip(), a_result=result_line(a),
+            b_result=result_line(b), a_note=a.note or a.operator or "n/a", b_note=b.note or b.operator or "n/a")
+        return self._chat(user, context)
+
+
+class LLMGenerate(LLMOperator):
+    """A fresh kernel from the instruction alone: the parents are ignored."""
+
+    name = "llm_generate"
+    arity = 1
+
+    def __init__(self, client: LLMClient, gpu: str, knowledge: str, retriever: Retriever, suite: str):
+        super().__init__(client, gpu)
+        self.knowledge, self.retriever, self.suite = knowledge, retriever, suite
+
+    def messages(self, parents, context):
+        hit = self.retriever.nearest(f"{context.instruction}\n{context.reference}",
+                                     exclude=f"{self.suite}/{context.task_name}")
+        example, kind, name = (hit[0].code, hit[0].kind, hit[0].name) if hit else ("# (no example available)",
+                                                                                    "none", "none")
+        ref = (f"The PyTorch reference that defines the result:\n\n```python\n{context.reference.rstrip()}\n```"
+               if context.reference else "")
+        user = template("generate").substitute(**self._base(context), knowledge=self.knowledge,
+                                               reference_block=ref, example_code=example.rstrip(),
+                                               example_name=name, example_kind=kind)
+        return self._chat(user, context)
+
+
+class LLMRepair(LLMOperator):
+    """Reflexion on a failed child. Not picked at random: the search hands it the failures."""
+
+    name = "llm_repair"
+    arity = 1
+    repairs = True
+
+    def __init__(self, client: LLMClient, gpu: str, generate: LLMGenerate, max_debug: int = 5):
+        super().__init__(client, gpu)
+        self.generate, self.max_debug = generate, max_debug
+
+    def propose(self, parents, context, rng):
+        p = parents[0]
+        if p.repairs >= self.max_debug:
+            # GEAK's debugging trap: this lineage has used its repairs; start afresh
+            child = self.generate.propose(parents, context, rng)
+            if child is not None:
+                child.note = f"lineage dropped after {p.repairs} failed repairs; fresh kernel. {child.note}"
+            return child
+        return super().propose(parents, context, rng)
+
+    def messages(self, parents, context):
+        p = parents[0]
+        refl = "\n".join(f"{i}. {r}" for i, r in enumerate(p.reflections, 1)) or "(none yet)"
+        user = template("repair").substitute(**self._base(context), code=p.source.rstrip(), stage=p.stage,
+                                             error=trim_error(p.error), reflections=refl, attempt=p.repairs + 1,
+                                             max_debug=self.max_debug)
+        return self._chat(user, context)
