@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-COMMANDS = ("search", "check", "validate", "list")
+COMMANDS = ("search", "check", "validate", "list", "report")
 
 
 class UsageError(Exception):
@@ -70,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     _filters(p)
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("report", help="metrics, tables and plots of an archive (finished or still running)")
+    p.add_argument("--archive", required=True, help="the SQLite archive of a search (read-only)")
+    p.add_argument("--out", default="report", help="folder for index.html, summary.md, plots (default report/)")
+    p.add_argument("--json", action="store_true", help="also print the report as JSON on stdout")
+    p.add_argument("--run", type=int, default=None, help="run id in the archive (default: the latest)")
+    p.add_argument("--invalid", default=None, metavar="FILE",
+                   help="JSON of tasks invalid on this hardware (names, or `validate --json` output)")
     return parser
 
 
@@ -183,6 +190,12 @@ def cmd_search(args) -> int:
         raise UsageError(str(e)) from None
 
 
+def cmd_report(args) -> int:
+    from archives.report import cmd_report as report
+
+    return report(args)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
@@ -192,7 +205,7 @@ def main(argv=None) -> int:
 
     try:
         return {"search": cmd_search, "check": cmd_check, "validate": cmd_validate,
-                "list": cmd_list}[args.command](args)
+                "list": cmd_list, "report": cmd_report}[args.command](args)
     except (UsageError, SuiteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
