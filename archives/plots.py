@@ -63,25 +63,21 @@ def _scaling(report: dict, key: str, xkey: str, xlabel: str, title: str, out: Pa
 def speedup_by_category(report: dict, out: Path) -> str | None:
     tasks = [t for t in report["tasks"] if t["task"] not in {i["task"] for i in report["invalid"]}]
     cats = sorted({t["category"] for t in tasks})
-    if not cats:
-        return None
+    if not cats or not report["timed"]:
+        return None  # an empty picture says less than the note draw_all gives
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(cats) + 2), 3.6))
     data = []
     for c in cats:
         data.append([t["speedup"] if t["solved"] else 1.0 for t in tasks
                      if t["category"] == c and (t["speedup"] is not None or not t["solved"])])
-    if not report["timed"] or not any(data):
-        _nothing(ax, "no kernel was timed in this run: no speedup distribution")
-    else:
-        ax.boxplot([d if d else [float("nan")] for d in data], showfliers=False)
-        for i, d in enumerate(data, start=1):
-            ax.plot([i] * len(d), d, "o", alpha=0.7, color="#1f77b4")
-        ax.axhline(1.0, color="#999", lw=0.8, ls="--")
-        ax.set_xticks(range(1, len(cats) + 1))
-        ax.set_xticklabels([f"{c}\n({len(d)})" for c, d in zip(cats, data)], fontsize=8)
-        ax.set_ylabel("best speedup per task")
-        ax.set_yscale("log")
+    ax.boxplot([d if d else [float("nan")] for d in data], showfliers=False)
+    for i, d in enumerate(data, start=1):
+        ax.plot([i] * len(d), d, "o", alpha=0.7, color="#1f77b4")
+    ax.axhline(1.0, color="#999", lw=0.8, ls="--")
+    ax.set_xticks(range(1, len(cats) + 1))
+    ax.set_xticklabels([f"{c}\n({len(d)})" for c, d in zip(cats, data)], fontsize=8)
+    ax.set_ylabel("best speedup per task")
     ax.set_title("speedup distribution per category (failed task = 1.0)")
     fig.tight_layout()
     fig.savefig(out / "speedup_by_category.png", dpi=100)
@@ -107,7 +103,7 @@ def llm_cost(report: dict, out: Path) -> str | None:
 
 
 def draw_all(report: dict, out: Path) -> tuple[list[tuple[str, str]], str | None]:
-    """[(file name, caption)], and a note when plots were skipped."""
+    """[(file name, caption)], and a note on the plots skipped and why."""
     try:
         _plt()
     except ImportError:
@@ -123,4 +119,12 @@ def draw_all(report: dict, out: Path) -> tuple[list[tuple[str, str]], str | None
         (speedup_by_category(report, out), "Best speedup of each task, by category (count in brackets)."),
         (llm_cost(report, out), "Tokens spent on LLM calls against the geometric-mean best speedup reached."),
     ]
-    return [(f, cap) for f, cap in made if f], None
+    skipped = []
+    if not report["timed"]:
+        skipped.append("the speedup distribution per category (no kernel was timed)")
+    if not report["llm"]["calls"]:
+        skipped.append("LLM cost against speedup (no LLM calls in this run)")
+    elif not report["cost_curve"]:
+        skipped.append("LLM cost against speedup (no correct kernel was timed)")
+    note = ("not drawn: " + "; ".join(skipped)) if skipped else None
+    return [(f, cap) for f, cap in made if f], note

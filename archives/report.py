@@ -97,8 +97,8 @@ def task_table(r: dict) -> tuple:
     rows = []
     for t in r["tasks"]:
         b = t["best"]
-        best = (f"#{b['id']} {b['operator']} (island {b['island']}, gen {b['generation']})" if b
-                else "none correct")
+        where = "every island" if b and b["island"] < 0 else f"island {b['island']}" if b else ""
+        best = f"#{b['id']} {b['operator']} ({where}, gen {b['generation']})" if b else "none correct"
         ach = t["achieved"] or {}
         gen = {True: "generalizes", False: "FAILS", None: "n/a"}[t["generalizes"]]
         ev = f"{t['evaluated']}" + (f" (+{t['pending']} pending)" if t["pending"] else "")

@@ -2,6 +2,7 @@
 search (session fixture), a live run, and every kind of bad input."""
 import json
 import math
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -165,7 +166,8 @@ def test_report_of_a_cpu_search(cpu_search_archive, tmp_path):
     assert [g["islands"] for g in r["scaling"]["by_islands"]] == [1, 2]
     page = (out / "index.html").read_text()
     assert "<h2>Suite</h2>" in page and "<h2>By category</h2>" in page and "softmax" in page
-    assert page.count("data:image/png;base64,") == 3  # no LLM calls: no cost plot
+    assert page.count("data:image/png;base64,") == 2  # scaling; nothing timed, no LLM calls: no other plot
+    assert "not drawn: the speedup distribution per category (no kernel was timed); LLM cost" in page
     md = (out / "summary.md").read_text()
     assert "| pass@1 | 100.0% |" in md or "| pass@1 | 50.0% |" in md
     assert "![Sequential scaling" in md and (out / "plots" / "scaling_generations.png").stat().st_size > 5000
@@ -268,3 +270,21 @@ def test_run_with_candidates_but_no_evaluation_yet(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "No evaluation has been recorded yet" in p.stdout
     assert "1 pending" in (tmp_path / "rep" / "index.html").read_text()
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="headless Chromium not installed (apt-get install chromium)")
+def test_page_renders_in_headless_chromium(timed_archive, tmp_path):
+    _, out = build(str(timed_archive), tmp_path / "rep")
+    shot = tmp_path / "shot.png"
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=1200,3000", f"--screenshot={shot}", (out / "index.html").resolve().as_uri()],
+                   capture_output=True, timeout=120)
+    import matplotlib.image
+    import numpy as np
+
+    img = (matplotlib.image.imread(shot)[:, :, :3] * 255).astype(int)
+    assert img.shape[:2] == (3000, 1200)
+    # the embedded plots were decoded and drawn: their line colours (matplotlib's blue, green, red)
+    # are on the page; text and tables are grey, so a page with broken or missing images has none
+    for colour in ((31, 119, 180), (44, 160, 44), (214, 39, 40)):
+        assert (np.abs(img - np.array(colour)).max(axis=2) <= 12).sum() > 200, colour
