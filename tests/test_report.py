@@ -288,3 +288,14 @@ def test_page_renders_in_headless_chromium(timed_archive, tmp_path):
     # are on the page; text and tables are grey, so a page with broken or missing images has none
     for colour in ((31, 119, 180), (44, 160, 44), (214, 39, 40)):
         assert (np.abs(img - np.array(colour)).max(axis=2) <= 12).sum() > 200, colour
+
+
+def test_suite_not_loadable_here_still_reports(tmp_path):
+    a = Archive(tmp_path / "a.db")
+    run = a.new_run("tritonbench", {"suite": "tritonbench", "islands": 1, "suite_path": "/nowhere"})
+    add(a, run, "some_task", -1, 0, "timed", True, True, 1.5, "start", times(1.0, 0.5))
+    a.close()
+    r, out = build(str(tmp_path / "a.db"), tmp_path / "rep")
+    assert r["tasks"][0]["category"] == "unknown" and r["suite"]["speedup"]["geomean"] == pytest.approx(1.5)
+    assert "Categories and difficulties unknown: suite 'tritonbench' not loadable here" in \
+        (out / "summary.md").read_text()
