@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-COMMANDS = ("search", "check", "validate", "list", "llm-batch")
+COMMANDS = ("search", "check", "validate", "list", "llm-batch", "report")
 
 
 class UsageError(Exception):
@@ -104,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     _filters(p)
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("report", help="metrics, tables and plots of an archive (finished or still running)")
+    p.add_argument("--archive", required=True, help="the SQLite archive of a search (read-only)")
+    p.add_argument("--out", default="report", help="folder for index.html, summary.md, plots (default report/)")
+    p.add_argument("--json", action="store_true", help="also print the report as JSON on stdout")
+    p.add_argument("--run", type=int, default=None, help="run id in the archive (default: the latest)")
+    p.add_argument("--invalid", default=None, metavar="FILE",
+                   help="JSON of tasks invalid on this hardware (names, or `validate --json` output)")
     return parser
 
 
@@ -287,6 +294,12 @@ def cmd_llm_batch(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from archives.report import cmd_report as report
+
+    return report(args)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
@@ -296,8 +309,7 @@ def main(argv=None) -> int:
 
     try:
         return {"search": cmd_search, "check": cmd_check, "validate": cmd_validate,
-                "list": cmd_list,
-                "llm-batch": cmd_llm_batch}[args.command](args)
+                "list": cmd_list, "llm-batch": cmd_llm_batch, "report": cmd_report}[args.command](args)
     except (UsageError, SuiteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

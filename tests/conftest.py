@@ -34,3 +34,17 @@ def builtin():
     from suites.registry import load_suite
 
     return load_suite("builtin")
+
+
+@pytest.fixture(scope="session")
+def cpu_search_archive(tmp_path_factory):
+    """One real search on CPU (Triton interpreter), shared by the report tests: two tasks, two
+    islands, two generations. About a minute on two cores."""
+    import subprocess
+
+    tmp = tmp_path_factory.mktemp("cpu_search")
+    cmd = [sys.executable, str(ROOT / "run.py"), "--suite", "builtin", "--tasks", "softmax,row_sum", "--islands", "2",
+           "--generations", "2", "--population", "4", "--archive", str(tmp / "x.db"), "--export", str(tmp / "best")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return tmp / "x.db"

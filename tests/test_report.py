@@ -1,0 +1,301 @@
+"""`run.py report`: a timed archive written through the Archive API with known figures, a real CPU
+search (session fixture), a live run, and every kind of bad input."""
+import json
+import math
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from archives.archive import Archive
+from archives.report import build
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = [sys.executable, str(ROOT / "run.py")]
+
+
+def report(*args, timeout=120):
+    return subprocess.run([*RUN, "report", *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def times(candidate_ms, floor_ms):
+    return [{"shape": {"N": 1024}, "dtype": "float32", "candidate_ms": candidate_ms, "baseline_ms": 1.0,
+             "floor_ms": floor_ms, "bytes": 1e9, "flops": 0}]
+
+
+def add(a, run, task, island, gen, stage, correct=False, heldout=False, speedup=None, op="knob_mutation",
+        rows=(), flags=()):
+    cid = a.add_candidate(run, task, island, gen, f"# {task} {island} {gen} {op} {speedup}", f"h{time.time_ns()}",
+                          [], op)
+    a.add_evaluation(cid, {"stage": stage, "correct": correct, "heldout_correct": heldout,
+                           "passed": correct and heldout, "speedup": speedup, "times": list(rows),
+                           "device": "NVIDIA H100 80GB HBM3", "flags": list(flags), "reason": ""})
+    return cid
+
+
+def llm_call(a, run, task, tokens_in, tokens_out):
+    with a.db.conn:
+        a.db["llm_calls"].insert({"run_id": run, "task": task, "operator": "llm_mutation", "model": "m",
+                                  "prompt_tokens": tokens_in, "completion_tokens": tokens_out, "latency_s": 1.0,
+                                  "error": "", "created": time.time()})
+
+
+@pytest.fixture
+def timed_archive(tmp_path):
+    """Three counted tasks and one flagged invalid-here, two islands; the expected figures are
+    worked out by hand in the tests."""
+    a = Archive(tmp_path / "t.db")
+    run = a.new_run("builtin", {"suite": "builtin", "islands": 2, "population": 2, "generations": 2,
+                                "operators": "knobs"})
+    add(a, run, "softmax", -1, 0, "timed", True, True, 1.0, "start", times(1.0, 0.2))
+    add(a, run, "row_sum", -1, 0, "timed", True, True, 1.0, "start", times(1.0, 0.1))
+    add(a, run, "matmul", -1, 0, "call", op="start")
+    add(a, run, "attention", -1, 0, "timed", True, True, 5.0, "start", times(1.0, 0.9), flags=["invalid-here"])
+    llm_call(a, run, "softmax", 100, 50)
+    add(a, run, "softmax", 0, 1, "timed", True, True, 2.0, rows=times(1.0, 0.5))
+    add(a, run, "softmax", 1, 1, "compile")
+    add(a, run, "row_sum", 0, 1, "timed", True, False, 3.0, rows=times(1.0, 0.9))  # fails held-out
+    add(a, run, "matmul", 0, 1, "compile")
+    llm_call(a, run, "row_sum", 200, 0)
+    add(a, run, "row_sum", 1, 2, "timed", True, True, 1.2, rows=times(1.0, 0.25))
+    add(a, run, "matmul", 1, 2, "call")
+    for task in ("softmax", "row_sum", "matmul"):
+        a.save_generation(run, task, 2, [[], []])
+    a.set_status(run, "finished")
+    a.close()
+    return tmp_path / "t.db"
+
+
+def test_timed_report_figures_match_hand_computation(timed_archive, tmp_path):
+    p = report("--archive", timed_archive, "--out", tmp_path / "rep", "--json")
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    s = r["suite"]
+    # counted: softmax best 2.0, row_sum best 1.2 (its 3.0 failed held-out), matmul none (1.0)
+    assert s["tasks"] == 3 and s["solved"] == 2
+    assert s["speedup"]["geomean"] == pytest.approx(2.4 ** (1 / 3))
+    assert s["speedup"]["mean"] == pytest.approx(4.2 / 3) and s["speedup"]["median"] == pytest.approx(1.2)
+    assert s["speedup_solved_only"]["geomean"] == pytest.approx(math.sqrt(2.4))
+    assert s["fast_p"] == {"0.0": pytest.approx(2 / 3), "1.0": pytest.approx(2 / 3), "1.5": pytest.approx(1 / 3),
+                           "2.0": 0.0}
+    # islands correct: softmax 1 of 2, row_sum 2 of 2, matmul 0 of 2
+    assert s["pass_at_k"] == {"1": pytest.approx(0.5), "2": pytest.approx(2 / 3), "5": None, "10": None}
+    # generated: softmax 1 of 2 called/correct; row_sum 2/2, 2/2; matmul 1/2 called, 0 correct
+    assert s["call_accuracy"] == pytest.approx((0.5 + 1 + 0.5) / 3)
+    assert s["exec_accuracy"] == pytest.approx((0.5 + 1 + 0) / 3)
+    assert s["sol"]["geomean"] == pytest.approx(math.sqrt(0.5 * 0.25))
+    assert s["heldout_generalization"] == pytest.approx(0.5) and s["heldout_generalization_n"] == 2
+    assert r["invalid"] == [{"task": "attention", "reason": "an evaluation was flagged invalid-here"}]
+    assert r["by_category"]["reduction"]["tasks"] == 2 and r["by_category"]["matmul"]["solved"] == 0
+    assert set(r["by_difficulty"]) == {"1", "2", "3"} and "4" not in r["by_difficulty"]  # attention: invalid
+    gens = r["scaling"]["by_generation"]
+    assert [g["geomean_speedup"] for g in gens] == pytest.approx([1.0, 2 ** (1 / 3), 2.4 ** (1 / 3)])
+    isl = r["scaling"]["by_islands"]
+    assert [g["geomean_speedup"] for g in isl] == pytest.approx([2 ** (1 / 3), 2.4 ** (1 / 3)])
+    assert r["llm"]["calls"] == 2 and r["llm"]["prompt_tokens"] == 300
+    assert r["cost_curve"][-1] == {"tokens": 350, "geomean_speedup": pytest.approx(2.4 ** (1 / 3))}
+    assert {"tokens": 150, "geomean_speedup": pytest.approx(2 ** (1 / 3))} in r["cost_curve"]
+    out = tmp_path / "rep"
+    assert sorted(f.name for f in (out / "plots").iterdir()) == [
+        "llm_cost.png", "scaling_generations.png", "scaling_islands.png", "speedup_by_category.png"]
+    page = (out / "index.html").read_text()
+    assert page.count("data:image/png;base64,") == 4
+    assert "attention (invalid here: not counted)" in page and "1.339x" in page
+    assert "1.339x" in (out / "summary.md").read_text()
+
+
+def test_invalid_file_takes_tasks_out_of_the_figures(timed_archive, tmp_path):
+    f = tmp_path / "invalid.json"
+    # the shape `run.py validate --json` prints: verdicts, only those flagged invalid-here count
+    f.write_text(json.dumps([{"task": "matmul", "flags": ["invalid-here"], "reason": "needs tensor cores"},
+                             {"task": "softmax", "flags": []}]))
+    r, _ = build(str(timed_archive), tmp_path / "rep", invalid_file=str(f))
+    assert {i["task"] for i in r["invalid"]} == {"attention", "matmul"}
+    assert r["suite"]["tasks"] == 2 and r["suite"]["speedup"]["geomean"] == pytest.approx(math.sqrt(2.4))
+    f.write_text('["softmax"]')
+    r, _ = build(str(timed_archive), tmp_path / "rep", invalid_file=str(f))
+    assert r["suite"]["tasks"] == 2 and r["suite"]["solved"] == 1
+
+
+def test_report_never_writes_to_the_archive(timed_archive, tmp_path):
+    before = timed_archive.read_bytes()
+    timed_archive.chmod(0o444)
+    try:
+        assert report("--archive", timed_archive, "--out", tmp_path / "rep").returncode == 0
+    finally:
+        timed_archive.chmod(0o644)
+    assert timed_archive.read_bytes() == before
+
+
+def test_without_matplotlib_tables_render_and_plots_are_skipped(timed_archive, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    r, out = build(str(timed_archive), tmp_path / "rep")
+    page = (out / "index.html").read_text()
+    assert "plots skipped: matplotlib is not installed" in page and "<table>" in page
+    assert r["plots"] == [] and not (out / "plots").exists()
+
+
+# -- a real run on CPU ----------------------------------------------------------------------------
+def test_report_of_a_cpu_search(cpu_search_archive, tmp_path):
+    out = tmp_path / "rep"
+    p = report("--archive", cpu_search_archive, "--out", out)
+    assert p.returncode == 0, p.stderr
+    assert "report of run 1 (finished): 2 task(s)" in p.stdout and "No kernel was timed" in p.stdout
+    r = json.loads((out / "report.json").read_text())
+    conn = sqlite3.connect(f"file:{cpu_search_archive}?mode=ro", uri=True)
+    for t in r["tasks"]:
+        n, gen, ok, called = conn.execute(
+            "select count(*), sum(c.operator != 'start'), sum(e.correct and c.operator != 'start'), "
+            "sum(e.stage in ('call', 'correct', 'timed') and c.operator != 'start') "
+            "from candidates c join evaluations e on e.candidate_id = c.id where c.task = ?", [t["task"]]).fetchone()
+        assert (t["evaluated"], t["generated"]) == (n, gen)
+        assert t["exec_accuracy"] == pytest.approx(ok / gen) and t["call_accuracy"] == pytest.approx(called / gen)
+        islands_ok = conn.execute("select count(distinct c.island) from candidates c join evaluations e on "
+                                  "e.candidate_id = c.id where c.task = ? and c.island >= 0 and e.correct",
+                                  [t["task"]]).fetchone()[0]
+        assert t["pass_at_k"]["1"] == pytest.approx(islands_ok / 2) and t["pass_at_k"]["5"] is None
+        assert t["category"] == "reduction" and t["solved"]
+    s = r["suite"]
+    assert s["tasks"] == 2 and s["speedup"]["geomean"] is None and s["fast_p"]["1.0"] is None
+    assert s["fast_p"]["0.0"] == 1.0 and s["sol"]["geomean"] is None
+    assert [g["generation"] for g in r["scaling"]["by_generation"]] == [0, 1, 2]
+    assert [g["islands"] for g in r["scaling"]["by_islands"]] == [1, 2]
+    page = (out / "index.html").read_text()
+    assert "<h2>Suite</h2>" in page and "<h2>By category</h2>" in page and "softmax" in page
+    assert page.count("data:image/png;base64,") == 2  # scaling; nothing timed, no LLM calls: no other plot
+    assert "not drawn: the speedup distribution per category (no kernel was timed); LLM cost" in page
+    md = (out / "summary.md").read_text()
+    assert "| pass@1 | 100.0% |" in md or "| pass@1 | 50.0% |" in md
+    assert "![Sequential scaling" in md and (out / "plots" / "scaling_generations.png").stat().st_size > 5000
+
+
+# -- live archives ---------------------------------------------------------------------------------
+def test_report_while_a_writer_holds_an_open_transaction(tmp_path):
+    a = Archive(tmp_path / "live.db")
+    run = a.new_run("builtin", {"suite": "builtin", "islands": 1})
+    add(a, run, "softmax", -1, 0, "correct", True, True, None, "start")
+    a.db.conn.execute("begin immediate")  # the writer is mid-transaction: its rows are not committed
+    a.db.conn.execute("insert into candidates (run_id, task, island, generation, source, code_hash, operator) "
+                      "values (?, 'softmax', 0, 1, 'x', 'y', 'knob_mutation')", [run])
+    try:
+        t0 = time.monotonic()
+        p = report("--archive", tmp_path / "live.db", "--out", tmp_path / "rep", "--json")
+        assert time.monotonic() - t0 < 60
+    finally:
+        a.db.conn.rollback()
+        a.close()
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["live"] and r["tasks"][0]["evaluated"] == 1 and r["tasks"][0]["pending"] == 0
+    assert "still running" in (tmp_path / "rep" / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_report_of_a_search_that_is_running(tmp_path):
+    db = tmp_path / "run.db"
+    proc = subprocess.Popen([*RUN, "--suite", "builtin", "--tasks", "softmax", "--islands", "1", "--population", "2",
+                             "--generations", "50", "--archive", str(db), "--export", str(tmp_path / "best")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if db.exists() and report("--archive", db, "--out", tmp_path / "rep").returncode == 0:
+                r = json.loads((tmp_path / "rep" / "report.json").read_text())
+                if r["tasks"] and r["tasks"][0]["evaluated"] >= 2:
+                    break
+            time.sleep(1)
+        assert proc.poll() is None, "the search should still be running"
+        p = report("--archive", db, "--out", tmp_path / "rep")
+        assert p.returncode == 0 and "(running)" in p.stdout and "still running" in p.stdout, p.stdout + p.stderr
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+
+
+# -- bad input -------------------------------------------------------------------------------------
+def _old_schema(path):
+    a = Archive(path)
+    a.close()
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("update meta set value = '0' where key = 'schema_version'")
+    conn.close()
+
+
+def _other_tool(path):
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("create table notes (x)")
+    conn.close()
+
+
+@pytest.mark.parametrize("make, message", [
+    (None, "no archive at"),
+    (lambda p: p.write_bytes(b"hello, not a database"), "is not an SQLite database"),
+    (lambda p: p.write_bytes(b""), "is an empty file"),
+    (lambda p: Archive(p).close(), "holds no run yet (an empty archive)"),
+    (_old_schema, "schema version 0, an older one than this report reads (1)"),
+    (_other_tool, "is not a triton-evolve archive"),
+    (lambda p: p.mkdir(), "is not a file"),
+    (lambda p: p.write_bytes(b"SQLite format 3\x00" + b"\x00" * 200), "not a readable SQLite database"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, make, message):
+    path = tmp_path / "a.db"
+    if make:
+        make(path)
+    p = report("--archive", path, "--out", tmp_path / "rep")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and message in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == ""
+    assert not (tmp_path / "rep").exists()
+
+
+def test_unknown_run_and_unreadable_invalid_file(timed_archive, tmp_path):
+    p = report("--archive", timed_archive, "--run", 7, "--out", tmp_path / "rep")
+    assert p.returncode == 2 and "has no run 7 (runs: 1)" in p.stderr
+    p = report("--archive", timed_archive, "--invalid", tmp_path / "nope.json", "--out", tmp_path / "rep")
+    assert p.returncode == 2 and "no file of invalid tasks" in p.stderr
+
+
+def test_run_with_candidates_but_no_evaluation_yet(tmp_path):
+    a = Archive(tmp_path / "a.db")
+    run = a.new_run("builtin", {"suite": "builtin", "islands": 2})
+    a.add_candidate(run, "softmax", -1, 0, "src", "h", [], "start")
+    a.close()
+    p = report("--archive", tmp_path / "a.db", "--out", tmp_path / "rep")
+    assert p.returncode == 0, p.stderr
+    assert "No evaluation has been recorded yet" in p.stdout
+    assert "1 pending" in (tmp_path / "rep" / "index.html").read_text()
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="headless Chromium not installed (apt-get install chromium)")
+def test_page_renders_in_headless_chromium(timed_archive, tmp_path):
+    _, out = build(str(timed_archive), tmp_path / "rep")
+    shot = tmp_path / "shot.png"
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=1200,3000", f"--screenshot={shot}", (out / "index.html").resolve().as_uri()],
+                   capture_output=True, timeout=120)
+    import matplotlib.image
+    import numpy as np
+
+    img = (matplotlib.image.imread(shot)[:, :, :3] * 255).astype(int)
+    assert img.shape[:2] == (3000, 1200)
+    # the embedded plots were decoded and drawn: their line colours (matplotlib's blue, green, red)
+    # are on the page; text and tables are grey, so a page with broken or missing images has none
+    for colour in ((31, 119, 180), (44, 160, 44), (214, 39, 40)):
+        assert (np.abs(img - np.array(colour)).max(axis=2) <= 12).sum() > 200, colour
+
+
+def test_suite_not_loadable_here_still_reports(tmp_path):
+    a = Archive(tmp_path / "a.db")
+    run = a.new_run("tritonbench", {"suite": "tritonbench", "islands": 1, "suite_path": "/nowhere"})
+    add(a, run, "some_task", -1, 0, "timed", True, True, 1.5, "start", times(1.0, 0.5))
+    a.close()
+    r, out = build(str(tmp_path / "a.db"), tmp_path / "rep")
+    assert r["tasks"][0]["category"] == "unknown" and r["suite"]["speedup"]["geomean"] == pytest.approx(1.5)
+    assert "Categories and difficulties unknown: suite 'tritonbench' not loadable here" in \
+        (out / "summary.md").read_text()
