@@ -7,6 +7,7 @@ then floors at the roofline and aggregates.
 """
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -49,7 +50,9 @@ class Evaluator:
         if config.device == "cuda" and not self.gpu:
             raise RuntimeError("--device cuda was asked for but torch sees no GPU")
         self.interpret = not self.gpu
-        self.sandbox = detect(not config.sandbox, config.triton_cache)
+        data = tuple(p for p in (config.suite_path, os.environ.get("TRITON_EVOLVE_DATA"),
+                                 os.environ.get("TRITON_EVOLVE_CACHE")) if p)
+        self.sandbox = detect(not config.sandbox, config.triton_cache, data)
         mem = int(config.mem_limit_gb * 2**30)
         self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.recycle_every,
                                config.triton_cache)

@@ -41,8 +41,9 @@ def triton_cache_dir(override: str | None = None) -> Path:
 
 
 @functools.lru_cache(maxsize=None)
-def detect(disabled: bool = False, triton_cache: str | None = None) -> Sandbox:
-    """`triton_cache`: the one writable folder inside the sandbox (default: the user cache)."""
+def detect(disabled: bool = False, triton_cache: str | None = None, data: tuple[str, ...] = ()) -> Sandbox:
+    """`triton_cache`: the one writable folder inside the sandbox (default: the user cache);
+    `data`: folders the workers read (a suite's data), put back read-only if under /tmp."""
     if disabled:
         return Sandbox((), "none (disabled by --no-sandbox)")
     bwrap = shutil.which("bwrap")
@@ -52,7 +53,7 @@ def detect(disabled: bool = False, triton_cache: str | None = None) -> Sandbox:
     # the private /tmp hides whatever lives there: put back (read-only) the code and the Python
     # the worker needs, e.g. a checkout or a virtual environment under /tmp
     keep = []
-    for p in sorted(_needed_paths()):
+    for p in sorted(_needed_paths() | {os.path.realpath(d) for d in data}):
         if p.startswith("/tmp/") and os.path.exists(p):
             keep += ["--ro-bind", p, p]
     prefix = (bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",

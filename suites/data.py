@@ -94,7 +94,9 @@ def _py_with_separator(root: Path) -> dict[Path, list[Path]]:
     found: dict[Path, list[Path]] = {}
     for f in root.rglob("*.py"):
         try:
-            if SEPARATOR in f.read_text(errors="replace").splitlines():
+            # 146 '#' in TritonBench, 146 to 149 in the ROCm set
+            lines = f.read_text(errors="replace").splitlines()
+            if any(len(ln.strip()) >= 140 and set(ln.strip()) == {"#"} for ln in lines):
                 found.setdefault(f.parent, []).append(f)
         except OSError:
             continue
