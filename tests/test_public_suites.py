@@ -59,7 +59,7 @@ def test_bad_files_cost_their_own_task_only(tmp_path):
 def test_a_perf_file_that_fails_to_import_is_named(data):
     task = load_suite("tritonbench", str(data))["broken_perf"]
     with pytest.raises(RuntimeError, match=r"broken_perf_perf\.py failed to import"):
-        task.script.perf_count
+        _ = task.script.perf_count
 
 
 @pytest.mark.slow
