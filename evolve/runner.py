@@ -29,6 +29,9 @@ EXIT_WAITING = 3  # an --llm-exchange round is written and waits for its answers
 FIXED = ("suite", "suite_path", "islands", "population", "seed", "migration_interval", "operators")
 
 
+MAX_TASK_THREADS = 64
+
+
 class SearchError(Exception):
     """Bad options or an archive that does not fit them; the message is meant for the user."""
 
@@ -164,7 +167,10 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
         timer.daemon = True
         timer.start()
     interrupted = False
-    runner = ThreadPoolExecutor(min(len(tasks), max(2, workers)), thread_name_prefix="task")
+    # tasks side by side, not one batch after another: the evaluator's pool bounds the real work,
+    # and under --time-limit a task queued behind others would never start (seen on the H100:
+    # 7 of 15 builtin tasks got no evaluation in 250 s with 8 task threads)
+    runner = ThreadPoolExecutor(min(len(tasks), max(MAX_TASK_THREADS, workers)), thread_name_prefix="task")
     futures = [runner.submit(one, t) for t in tasks.values()]
     try:
         while not all(f.done() for f in futures):
