@@ -11,7 +11,8 @@ from operators.llm_client import LLMClient, LLMConfig, preflight, price_of
 from operators.llm_exchange import Exchange, ExchangeError, import_answers
 from operators.registry import LLMSetup, OperatorError
 from operators.retrieval import Retriever, corpus_from_suites
-from suites.registry import load_suite
+from suites.data import local_suites
+from suites.registry import SuiteError, load_suite
 
 
 def temperatures(spec: str, islands: int) -> tuple[float, ...]:
@@ -101,6 +102,12 @@ def llm_run(config: LLMConfig, args, archive, run_id: int, tasks: dict) -> LLMRu
     suites = {"builtin": load_suite("builtin")}
     if args.suite != "builtin":
         suites[args.suite] = load_suite(args.suite, args.suite_path)
+    for other in local_suites():  # the other public suites' references, where their data is here already
+        if other not in suites:
+            try:
+                suites[other] = load_suite(other)
+            except SuiteError:
+                pass
     retriever = Retriever(corpus_from_suites(suites))
     setup = LLMSetup(client, gpu, retriever, args.suite, args.max_debug)
     price = client.price

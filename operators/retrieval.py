@@ -32,6 +32,8 @@ def corpus_from_suites(suites: dict[str, dict]) -> list[Example]:
 
 
 def reference_source(task) -> str:
+    if getattr(task, "script", None) is not None:  # a public suite's task: its reference file
+        return task.script.reference_source
     try:
         return inspect.getsource(task.reference)
     except (OSError, TypeError):

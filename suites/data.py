@@ -66,6 +66,17 @@ def suite_dir(suite: str, path: str | None = None) -> Path:
     return p
 
 
+def local_suites() -> list[str]:
+    """The data-backed suites whose data is on this machine (environment or cache): no download."""
+    env = os.environ.get("TRITON_EVOLVE_DATA")
+    found = []
+    for suite, src in SOURCES.items():
+        places = ([Path(env).expanduser() / suite] if env else []) + [cache_root() / suite]
+        if any((p / src.marker).exists() for p in places):
+            found.append(suite)
+    return found
+
+
 def download(suite: str, dest: Path) -> None:
     src = SOURCES[suite]
     base = os.environ.get("TRITON_EVOLVE_DOWNLOAD_BASE", DOWNLOAD_BASE).rstrip("/")

@@ -19,3 +19,14 @@ def test_builtin_corpus_holds_starting_kernels(builtin):
     hit, _ = Retriever(corpus).nearest("torch.nn.functional.layer_norm(x, weight, bias, eps)",
                                        exclude="builtin/layernorm")
     assert hit.name != "builtin/layernorm"
+
+
+def test_public_suite_tasks_give_their_reference_files(tmp_path):
+    from suites.registry import load_suite
+    from tests.suite_fixtures import write_tritonbench
+
+    tb = load_suite("tritonbench", str(write_tritonbench(tmp_path)))
+    corpus = {e.name: e for e in corpus_from_suites({"tritonbench": tb})}
+    assert "def scale_add(" in corpus["tritonbench/scale_add"].code
+    best, _ = Retriever(list(corpus.values())).nearest(corpus["tritonbench/scale_add"].code, "tritonbench/scale_add")
+    assert best.name != "tritonbench/scale_add"
