@@ -29,7 +29,7 @@ def choose(rows: list[dict]) -> tuple[dict | None, list[dict]]:
 
 def _header(task: str, suite: str, row: dict, check_cmd: str, baseline: str) -> str:
     if row["speedup"]:
-        measured = f"speedup {row['speedup']:.3f}x vs the {baseline} on {row['device']}"
+        measured = f"speedup {row['speedup']:.3f}x vs {baseline} on {row['device']}"
     else:
         measured = f"not timed ({row['device'] or 'no GPU'}): correct on the tuning and held-out shapes"
     return (f"# triton-evolve export: suite {suite}, task {task}: candidate {row['id']} "

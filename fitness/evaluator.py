@@ -132,7 +132,7 @@ class Evaluator:
     def _baseline_name(self, task: Task) -> str:
         if task.script is not None:
             return task.script.baseline_name
-        return "starting kernel" if self.config.baseline == "start" else "PyTorch reference"
+        return "the starting kernel" if self.config.baseline == "start" else "the PyTorch reference"
 
     def _allowance(self, task: Task) -> frozenset:
         """What the gate lets a script task's candidates use: what the suite's reference uses."""
