@@ -232,4 +232,6 @@ def load(path: str | None = None) -> SuiteTasks:
             tasks.problems.append(str(e))
             continue
         tasks[task.name] = task
+    if not tasks:
+        raise SuiteError(f"{root}: no task could be loaded (" + "; ".join(tasks.problems[:2]) + ")")
     return tasks

@@ -146,3 +146,14 @@ def test_real_suites_have_their_published_sizes():
     assert len(load_suite("rocm", str(REAL / "rocm"))) == 31
     kb = load_suite("kernelbench", str(REAL / "kernelbench"))
     assert Counter(t.difficulty for t in kb.values()) == {1: 100, 2: 100, 3: 50}
+
+
+def test_a_partial_folder_is_one_line_and_exit_2(tmp_path):
+    d = write_tritonbench(tmp_path)
+    import shutil
+
+    shutil.rmtree(d / "perf")
+    out = subprocess.run([sys.executable, "run.py", "list", "--suite", "tritonbench", "--suite-path", str(d)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no task could be loaded" in out.stderr and "perf" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
