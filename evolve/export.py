@@ -47,7 +47,8 @@ def export(archive: Archive, run_id: int, suite: str, task_names: list[str], out
         rows = archive.candidates(run_id, name)
         evaluated = [r for r in rows if r.get("evaluation_id") is not None]
         best, passed_over = choose(evaluated)
-        entry = {"task": name, "evaluations": len(evaluated), "status": "no correct kernel",
+        entry = {"task": name, "evaluations": len(evaluated),
+                 "status": "no correct kernel" if evaluated else "not started",
                  "passed_over_heldout": [{"candidate": r["id"], "speedup": r["speedup"]} for r in passed_over]}
         start = next((r for r in evaluated if r["operator"] == "start"), None)
         if start is not None:
