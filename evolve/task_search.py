@@ -19,7 +19,6 @@ island's failed children of the previous generation, up to half the places; the 
 """
 from __future__ import annotations
 
-import inspect
 import random
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,11 +59,11 @@ class TaskSearch:
         self.status = "running"
         self.waiting = False  # an operator's answer is pending (LLM exchange round)
         self.exhausted = ""  # why operators were dropped (LLM budget, endpoint)
+        self.invalid = ""  # the evaluator found the task's reference failing on this machine
         self.lock = threading.Lock()
-        try:
-            self.reference = inspect.getsource(task.reference)
-        except (OSError, TypeError):
-            self.reference = ""
+        from operators.retrieval import reference_source
+
+        self.reference = reference_source(task)
 
     # -------------------------------------------------------------------------------------
     def run(self) -> str:
@@ -105,6 +104,8 @@ class TaskSearch:
     def _should_stop(self) -> str:
         if self.stop.is_set():
             return "stopped"
+        if self.invalid:  # nothing can be judged against a reference that does not run here
+            return f"invalid here: {self.invalid}"
         if not any(w.operator.arity == 1 and not w.operator.repairs for w in self.operators):
             return self.exhausted or "no operators left"
         if self.config.target_speedup and self.best and self.best >= self.config.target_speedup:
@@ -255,6 +256,8 @@ class TaskSearch:
                 complete = False
                 continue
             self.archive.add_evaluation(row["id"], verdict.to_dict())
+            if "invalid-here" in verdict.flags:  # the suite's reference fails on this machine
+                self.invalid = verdict.reason.splitlines()[0][:200] if verdict.reason else "reference fails here"
             if verdict.passed and verdict.speedup:
                 self.best = max(self.best or 0.0, verdict.speedup)
             self.on_event({"task": self.task.name, "evaluated": 1})

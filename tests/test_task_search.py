@@ -114,3 +114,21 @@ def test_budget_and_target_stop_a_task(tmp_path, builtin):
     assert 12 <= archive.evaluation_count(run, "softmax") < 12 + 3 * 4
     ts, archive, run, _ = search(tmp_path / "t", builtin, target_speedup=1e-6)
     assert ts.run() == "target reached"
+
+
+def test_a_task_whose_reference_fails_here_stops_after_generation_zero(tmp_path, builtin):
+    class Invalid(FakeEvaluator):
+        def submit(self, task, source):
+            self.sources.append(source)
+            f = Future()
+            f.set_result(Verdict(task.name, reason="the suite's reference fails here: ptxas error",
+                                 flags=["invalid-here"]))
+            return f
+
+    archive = Archive(tmp_path / "a.db")
+    run_id = archive.new_run("builtin", {})
+    ev = Invalid()
+    ts = TaskSearch(builtin["softmax"], archive, run_id, ev.submit, knob_operators(),
+                    SearchConfig(islands=2, population=3, generations=5), threading.Event())
+    assert ts.run() == "invalid here: the suite's reference fails here: ptxas error"
+    assert archive.last_generation(run_id, "softmax")[0] == 0 and len(ev.sources) <= 2 * 3
