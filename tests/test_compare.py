@@ -49,3 +49,24 @@ def test_tuple_outputs_and_int_tolerance():
     assert compare_outputs((q,), (ref_q,), TOL, expected=[("int8", (3,))]) == ""
     ref_far = torch.tensor([1, 9, 3], dtype=torch.int8)
     assert "outside tolerance" in compare_outputs((q,), (ref_far,), TOL, expected=[("int8", (3,))])
+
+
+def test_tree_compare_walks_every_leaf_and_matches_the_references_nans():
+    import torch
+
+    from fitness.compare import compare_outputs, compare_tree, is_weak
+
+    tol = {"float32": (1e-3, 1e-3)}
+    ref = {"a": [torch.tensor([1.0, float("nan")]), {"n": 3, "s": 2.5}], "b": (True, "x")}
+    same = {"a": [torch.tensor([1.0, float("nan")]), {"n": 3, "s": 2.5}], "b": (True, "x")}
+    assert compare_tree(same, ref, tol) == ""
+    bad = {"a": [torch.tensor([1.0, 2.0]), {"n": 3, "s": 2.5}], "b": (True, "x")}
+    assert "result['a'][0]" in compare_tree(bad, ref, tol)
+    deep = {"a": [torch.tensor([1.0, float("nan")]), {"n": 4, "s": 2.5}], "b": (True, "x")}
+    assert "result['a'][1]['n']: got 4, expected 3" in compare_tree(deep, ref, tol)
+    assert "result['b'][0]" in compare_tree({**same, "b": (False, "x")}, ref, tol)
+    assert "keys" in compare_tree({"a": same["a"]}, ref, tol)
+    # against a float64 oracle (builtin tasks) a NaN never passes, even where the reference has one
+    assert compare_outputs([torch.tensor([float("nan")])], [torch.tensor([float("nan")])], tol)
+    assert is_weak({"shape": (3, 4), "ok": True, "v": torch.tensor(1.0)})
+    assert not is_weak({"out": torch.ones(2)})
