@@ -8,7 +8,6 @@ There is no Triton starting kernel: these tasks need the LLM operators to start 
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import torch
 
 from suites.data import suite_dir
 from suites.registry import SuiteError, SuiteTasks
-from suites.script import GIVEN, TOLERANCE, ScriptRunner, guess_category, seed_all
+from suites.script import GIVEN, TOLERANCE, ScriptRunner, guess_category, interpreting, seed_all
 from suites.task import ShapeSet, Task
 
 LEVELS = (1, 2, 3)
@@ -26,7 +25,7 @@ WEIGHT_SEED = 42  # the models timed are built once, with this seed
 
 
 def _device() -> str:
-    return "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+    return "cuda" if torch.cuda.is_available() and not interpreting() else "cpu"
 
 
 class KernelBenchRunner(ScriptRunner):

@@ -18,14 +18,13 @@ from suites.script import (
     GIVEN,
     TOLERANCE,
     ScriptRunner,
-    cpu_rewrite,
+    for_here,
     guess_category,
     seed_all,
     split_kernel_file,
     write_temp,
 )
 from suites.task import ShapeSet, Task
-from suites.tritonbench import _interpreting
 
 SKIPPED_TESTS = ("test_performance", "test_save")  # benchmarks and result writers, not checks
 
@@ -141,7 +140,7 @@ class RocmRunner(ScriptRunner):
         self.reference_source, self.reference_entry = module_code, entry
 
     def run_test(self, module, seed: int, entry: str):
-        code = cpu_rewrite(self.test_code) if _interpreting() else self.test_code
+        code = for_here(self.test_code)
         ns = vars(module)  # as when the tests are appended to the kernel file
         ns.pop("result_gold", None)
         saved = {k: sys.modules.get(k) for k in ("pytest", *geak_shim())}

@@ -8,6 +8,7 @@ compares the two result trees. `ScriptRunner` is what a worker calls; it never r
 from __future__ import annotations
 
 import ast
+import os
 import random
 import re
 from pathlib import Path
@@ -123,6 +124,17 @@ def cpu_rewrite(source: str) -> str:
     except SyntaxError:
         return source  # the worker's import reports it, with the line
     return ast.unparse(ast.fix_missing_locations(_ToCpu().visit(tree)))
+
+
+def interpreting() -> bool:
+    """Kernels run under the Triton interpreter on CPU tensors (how the pool starts CPU workers)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def for_here(source: str) -> str:
+    """Suite or candidate code as it must run in this process: device choices rewritten to the
+    CPU under the interpreter, untouched on a GPU."""
+    return cpu_rewrite(source) if interpreting() else source
 
 
 def to_wire(tree):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import sys
 import types
 from pathlib import Path
@@ -21,7 +20,7 @@ from suites.script import (
     TOLERANCE,
     LazyFactories,
     ScriptRunner,
-    cpu_rewrite,
+    for_here,
     guess_category,
     seed_all,
     split_kernel_file,
@@ -30,10 +29,6 @@ from suites.script import (
 from suites.task import ShapeSet, Task
 
 PACKAGE = "TritonBench_v1"  # what the perf files import the kernel module as
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def perf_imports(perf_source: str, name: str, path: Path) -> list[str]:
@@ -63,7 +58,7 @@ class TritonBenchRunner(ScriptRunner):
 
     def run_test(self, module, seed: int, entry: str):
         if self._compiled is None:
-            code = cpu_rewrite(self.test_code) if _interpreting() else self.test_code
+            code = for_here(self.test_code)
             self._compiled = compile(code, write_temp(f"{self.name}_test.py", code), "exec")  # @jit needs a file
         # in the module's own namespace, as when the test is appended to the kernel file (GEAK's
         # way): some references use names that only the test imports
@@ -81,9 +76,7 @@ class TritonBenchRunner(ScriptRunner):
         `module`: one copy per module, so the candidate and the baseline never share globals."""
         key = getattr(module, "__name__", "none")
         if key not in self._perf_classes:
-            source = self.perf_path.read_text()
-            if _interpreting():
-                source = cpu_rewrite(source)
+            source = for_here(self.perf_path.read_text())
             pkg = sys.modules.setdefault(PACKAGE, types.ModuleType(PACKAGE))
             pkg.__path__ = []
             perf_dir = str(self.perf_path.parent)
@@ -109,7 +102,7 @@ class TritonBenchRunner(ScriptRunner):
         if self._ref_module is None:
             import importlib.util
 
-            source = cpu_rewrite(self.reference_source) if _interpreting() else self.reference_source
+            source = for_here(self.reference_source)
             name = f"{self.name}_inputs"
             path = write_temp(name + ".py", source)  # @triton.jit needs a file
             spec = importlib.util.spec_from_file_location(name, path)
