@@ -33,7 +33,7 @@ from fitness.harness import (
     storage_copy,
     to_device,
 )
-from suites.script import ZeroedEmpty, cpu_rewrite, tensors_of, to_wire
+from suites.script import ZeroedEmpty, for_here, tensors_of, to_wire
 
 # torch compute elements a candidate may produce outside its kernels, as a share of its outputs
 TORCH_WORK_SHARE = 0.01
@@ -102,6 +102,17 @@ class Worker:
             self.modules[key] = module
         return self.modules[key]
 
+    def _import(self, source: str) -> tuple[object, dict | None]:
+        """(module, None), or (None, the failed reply) when importing it failed or tampered."""
+        try:
+            module = self.load(source)
+            self._check_tamper()
+            return module, None
+        except CandidateError as e:
+            return None, {"stage": "parse", "error": str(e)}
+        except BaseException as e:  # noqa: BLE001 - any failure to import is the candidate's
+            return None, {"stage": "parse", "error": "import failed:\n" + _trim_trace(e)}
+
     def _check_tamper(self):
         what = self.snapshot.changed()
         if what:
@@ -110,27 +121,13 @@ class Worker:
     # -- correctness ----------------------------------------------------------------------
     def correctness(self, req: dict) -> dict:
         task = self.task(req["task"])
-        try:
-            module = self.load(req["source"])
-            self._check_tamper()
-        except CandidateError as e:
-            return {"stage": "parse", "error": str(e)}
-        except BaseException as e:  # noqa: BLE001 - any failure to import is the candidate's
-            return {"stage": "parse", "error": "import failed:\n" + _trim_trace(e)}
+        module, failed = self._import(req["source"])
+        if failed:
+            return failed
         fn = getattr(module, task.entry, None)
         if not callable(fn):
             return {"stage": "parse", "error": f"module defines no callable {task.entry!r}"}
-        results = []
-        for case in req["cases"]:
-            try:
-                results.append({"outputs": self.run_case(task, module, fn, case)})
-            except CandidateError as e:
-                return {"stage": "compile", "error": str(e), "results": results, "case": case}
-            except BaseException as e:  # noqa: BLE001
-                stage = "parse" if _is_compile_error(e) and not results else "compile"
-                return {"stage": stage, "error": _trim_trace(e), "results": results, "case": case,
-                        "fatal": _is_cuda_fault(e)}
-        return {"stage": "call", "results": results}
+        return _run_cases(req["cases"], lambda case: {"outputs": self.run_case(task, module, fn, case)})
 
     def run_case(self, task, module, fn, case) -> list:
         args = tuple(to_device(a, self.device) for a in self.inputs.get(task, case))
@@ -178,27 +175,13 @@ class Worker:
         reference = bool(req.get("reference"))
         source = runner.reference_source if reference else req["source"]
         entry = runner.reference_entry if reference else task.entry
-        try:
-            module = self.load(cpu_rewrite(source) if self.interpret else source)
-            self._check_tamper()
-        except CandidateError as e:
-            return {"stage": "parse", "error": str(e)}
-        except BaseException as e:  # noqa: BLE001
-            return {"stage": "parse", "error": "import failed:\n" + _trim_trace(e)}
+        module, failed = self._import(for_here(source))
+        if failed:
+            return failed
         if not hasattr(module, entry):
             return {"stage": "parse", "error": f"module defines no {entry!r}"}
-        results = []
-        for case in req["cases"]:
-            try:
-                results.append(self.run_script_case(task, module, entry, case, reference))
-            except CandidateError as e:
-                return {"stage": "compile", "error": str(e), "results": results, "case": case}
-            except BaseException as e:  # noqa: BLE001
-                stage = "parse" if _is_compile_error(e) and not results else "compile"
-                return {"stage": stage, "error": _trim_trace(e), "results": results, "case": case,
-                        "fatal": _is_cuda_fault(e)}
-        reply = {"stage": "call", "results": results}
-        if req.get("count"):
+        reply = _run_cases(req["cases"], lambda case: self.run_script_case(task, module, entry, case, reference))
+        if "error" not in reply and req.get("count"):
             try:
                 reply["perf_count"] = runner.perf_count
             except BaseException as e:  # noqa: BLE001
@@ -293,6 +276,21 @@ class Worker:
         if self.device == "cuda":
             return torch.cuda.get_device_name()
         return "cpu (Triton interpreter)" if self.interpret else "cpu"
+
+
+def _run_cases(cases: list[dict], run) -> dict:
+    """Each case's result until one fails; the reply says which, at which stage, and why."""
+    results = []
+    for case in cases:
+        try:
+            results.append(run(case))
+        except CandidateError as e:
+            return {"stage": "compile", "error": str(e), "results": results, "case": case}
+        except BaseException as e:  # noqa: BLE001 - anything the candidate raises is its failure
+            stage = "parse" if _is_compile_error(e) and not results else "compile"
+            return {"stage": stage, "error": _trim_trace(e), "results": results, "case": case,
+                    "fatal": _is_cuda_fault(e)}
+    return {"stage": "call", "results": results}
 
 
 def _is_compile_error(e: BaseException) -> bool:
