@@ -173,9 +173,9 @@ def cmd_check(args) -> int:
 
 
 def _validation_path(args):
-    from suites.validation import default_path
+    from suites.validation import record_path
 
-    return default_path(args.suite) if not args.validation else __import__("pathlib").Path(args.validation)
+    return record_path(args.suite, args.validation)
 
 
 def cmd_validate(args) -> int:

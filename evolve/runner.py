@@ -75,8 +75,7 @@ def _searchable(tasks, args, operators: str):
     no starting kernel when no operator can write one."""
     from suites import validation
 
-    path = Path(args.validation) if getattr(args, "validation", None) else validation.default_path(args.suite)
-    record = validation.read(path)
+    record = validation.read(validation.record_path(args.suite, getattr(args, "validation", None)))
     invalid = validation.invalid_tasks(record)
     left_out = {n: f"invalid-here on {record.get('device')} ({invalid[n][:80]})" for n in tasks if n in invalid}
     if operators == "knobs":

@@ -16,8 +16,9 @@ from pathlib import Path
 VALID, INVALID = "valid", "invalid-here"
 
 
-def default_path(suite: str) -> Path:
-    return Path("runs") / f"{suite}-validation.json"
+def record_path(suite: str, given: str | None = None) -> Path:
+    """--validation FILE, else runs/<suite>-validation.json."""
+    return Path(given) if given else Path("runs") / f"{suite}-validation.json"
 
 
 def read(path: Path) -> dict:
