@@ -76,11 +76,11 @@ class Evaluator:
         self.close()
 
     # -------------------------------------------------------------------------------------
-    def evaluate_many(self, items: list[tuple[Task, str]], timed: bool = True) -> list[Verdict]:
+    def evaluate_many(self, items: list[tuple[Task, str]]) -> list[Verdict]:
         # twice as many threads as correctness workers: while some candidates wait for the single
         # timing worker, the correctness workers already run the next ones
         with ThreadPoolExecutor(max(1, 2 * self.config.workers)) as ex:
-            return list(ex.map(lambda it: self.evaluate(*it, timed=timed), items))
+            return list(ex.map(lambda it: self.evaluate(*it), items))
 
     def validate_iter(self, tasks: list[Task], timed: bool = True):
         """Each task's starting kernel evaluated, as verdicts complete; a task with none
