@@ -73,7 +73,7 @@ class ScriptReferences:
             return {"error": str(e)}
 
     def _compute(self, task) -> ScriptReference:
-        tests = [test_case("tuning", s) for s in self.seeds] + [test_case("heldout", self.seeds[0] + HELDOUT_SEED)]
+        tests = self.test_cases()
         reply = self._run(task, tests, count=not self.interpret)
         if reply.get("error"):
             return ScriptReference(error=f"the suite's reference fails here: {reply['error']}")
@@ -97,14 +97,16 @@ class ScriptReferences:
             ref.results.update({key(c): r for c, r in zip(perf, more["results"])})
         return ref
 
+    def test_cases(self) -> list[dict]:
+        return [test_case("tuning", s) for s in self.seeds] + [test_case("heldout", self.seeds[0] + HELDOUT_SEED)]
+
     def perf_cases(self, ref: ScriptReference) -> list[dict]:
         seed = self.seeds[0]
         return [perf_case("tuning", i, seed) for i in ref.timed] + \
                [perf_case("heldout", i, seed) for i in ref.heldout_perf]
 
     def cases(self, ref: ScriptReference) -> list[dict]:
-        tests = [test_case("tuning", s) for s in self.seeds] + [test_case("heldout", self.seeds[0] + HELDOUT_SEED)]
-        cases = tests + (self.perf_cases(ref) if ref.weak else [])
+        cases = self.test_cases() + (self.perf_cases(ref) if ref.weak else [])
         return sorted(cases, key=lambda c: c["split"] != "tuning")  # tuning first: the reply stops at a failure
 
     @staticmethod
