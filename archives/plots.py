@@ -54,10 +54,7 @@ def _scaling(report: dict, key: str, xkey: str, xlabel: str, title: str, out: Pa
     for ax in (a, b):
         ax.set_xticks(xs)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(out / name, dpi=100)
-    plt.close(fig)
-    return name
+    return _save(plt, fig, out, name)
 
 
 def speedup_by_category(report: dict, out: Path) -> str | None:
@@ -79,10 +76,14 @@ def speedup_by_category(report: dict, out: Path) -> str | None:
     ax.set_xticklabels([f"{c}\n({len(d)})" for c, d in zip(cats, data)], fontsize=8)
     ax.set_ylabel("best speedup per task")
     ax.set_title("speedup distribution per category (failed task = 1.0)")
+    return _save(plt, fig, out, "speedup_by_category.png")
+
+
+def _save(plt, fig, out: Path, name: str) -> str:
     fig.tight_layout()
-    fig.savefig(out / "speedup_by_category.png", dpi=100)
+    fig.savefig(out / name, dpi=100)
     plt.close(fig)
-    return "speedup_by_category.png"
+    return name
 
 
 def llm_cost(report: dict, out: Path) -> str | None:
@@ -96,10 +97,7 @@ def llm_cost(report: dict, out: Path) -> str | None:
     ax.set_xlabel("LLM tokens spent (thousands, prompt + completion)")
     ax.set_ylabel("geometric-mean best speedup")
     ax.set_title("LLM cost against best speedup")
-    fig.tight_layout()
-    fig.savefig(out / "llm_cost.png", dpi=100)
-    plt.close(fig)
-    return "llm_cost.png"
+    return _save(plt, fig, out, "llm_cost.png")
 
 
 def draw_all(report: dict, out: Path) -> tuple[list[tuple[str, str]], str | None]:
