@@ -188,23 +188,20 @@ def cmd_validate(args) -> int:
         done = validation.read(path).get("tasks", {})
         tasks = {n: t for n, t in tasks.items() if n not in done}
         print(f"{len(done)} task(s) already in {path}; validating the {len(tasks)} others", flush=True)
-    verdicts, entries = [], {}
     if not args.json:
         print(f"{'task':40} {'status':12} {'held-out':8} {'speedup':>8}  note", flush=True)
-    with _evaluator(args) as ev:
-        for v in ev.validate_iter(list(tasks.values()), timed=not args.no_time):
-            task = tasks[v.task]
-            weak = task.script is not None and not ev.reference_status(task) and ev.script_refs.get(task).weak
-            verdicts.append(v)
-            if v.device:  # recorded as each finishes: a validate cut short keeps what it learned
-                entries[v.task] = validation.entry(v, weak)
-                validation.merge(path, args.suite, v.device, {v.task: entries[v.task]})
-            if not args.json:
-                sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
-                status = "invalid-here" if "invalid-here" in v.flags else v.stage
-                note = ("weak-test " if weak else "") + \
-                    ("" if v.passed else validation.short_reason(v.reason)[:110] if v.reason else "")
-                print(f"{v.task:40} {status:12} {'ok' if v.heldout_correct else 'FAIL':8} {sp:>8}  {note}", flush=True)
+    verdicts, entries = _validate_pass(args, tasks, path)
+    # a reference that ran out of GPU memory or faulted while other workers shared the GPU gets
+    # a second chance with the GPU to itself: that failure may not be its own
+    retry = [n for n, e in entries.items() if e["status"] == validation.INVALID
+             and validation.shared_gpu_failure(e["reason"])]
+    if retry and args.workers > 1:
+        print(f"retrying {len(retry)} task(s) alone, with the GPU to themselves: {', '.join(sorted(retry))}",
+              flush=True)
+        again, more = _validate_pass(argparse.Namespace(**{**vars(args), "workers": 1}),
+                                     {n: tasks[n] for n in retry}, path)
+        verdicts = [v for v in verdicts if v.task not in more] + again
+        entries.update(more)
     if args.json:
         print(json.dumps([v.to_dict() for v in verdicts], indent=1))
         return 0
@@ -226,6 +223,29 @@ def cmd_validate(args) -> int:
             print(text)
         print(f"recorded in {path} ({len(record['tasks'])} task(s) so far)")
     return 0
+
+
+def _validate_pass(args, tasks: dict, path) -> tuple[list, dict]:
+    """Runs the tasks' references, printing and recording each as it finishes (a validate cut
+    short keeps what it learned)."""
+    from suites import validation
+
+    verdicts, entries = [], {}
+    with _evaluator(args) as ev:
+        for v in ev.validate_iter(list(tasks.values()), timed=not args.no_time):
+            task = tasks[v.task]
+            weak = task.script is not None and not ev.reference_status(task) and ev.script_refs.get(task).weak
+            verdicts.append(v)
+            if v.device:
+                entries[v.task] = validation.entry(v, weak)
+                validation.merge(path, args.suite, v.device, {v.task: entries[v.task]})
+            if not args.json:
+                sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
+                status = "invalid-here" if "invalid-here" in v.flags else v.stage
+                note = ("weak-test " if weak else "") + \
+                    ("" if v.passed else validation.short_reason(v.reason)[:110] if v.reason else "")
+                print(f"{v.task:40} {status:12} {'ok' if v.heldout_correct else 'FAIL':8} {sp:>8}  {note}", flush=True)
+    return verdicts, entries
 
 
 def _warn_problems(tasks):

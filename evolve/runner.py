@@ -122,7 +122,8 @@ def run_search(args, make_evaluator) -> int:
         if llm_state:
             print(llm_state.start_line, flush=True)
         interrupted, statuses = _search(archive, run_id, tasks, search, operators, evaluator, args)
-        summary = export(archive, run_id, args.suite, list(tasks), export_dir, args.suite_path)
+        summary = export(archive, run_id, args.suite, list(tasks), export_dir, args.suite_path,
+                         retime=_retimer(evaluator, tasks))
         _report(summary, export_dir)
         if llm_state:
             print(llm_state.summary(), flush=True)
@@ -201,12 +202,24 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
     return interrupted, statuses
 
 
+def _retimer(evaluator, tasks):
+    """On a GPU, export times each winner again with the correctness workers idle."""
+    if not evaluator.gpu:
+        return None
+    print("timing each task's best kernel (and its starting kernel) again, alone on the GPU", flush=True)
+
+    def retime(name: str, source: str):
+        return evaluator.retime(tasks[name], source).speedup
+    return retime
+
+
 def _report(summary: dict, export_dir: Path):
-    print(f"\n{'task':28} {'status':18} {'speedup':>8} {'vs start':>8} {'evals':>6}")
+    def num(x):
+        return f"{x:.3f}" if x else "-"
+    print(f"\n{'task':28} {'status':18} {'speedup':>8} {'search':>8} {'vs start':>8} {'evals':>6}")
     for e in summary["tasks"]:
-        sp = f"{e['speedup']:.3f}" if e.get("speedup") else "-"
-        vs = f"{e['vs_start']:.3f}" if e.get("vs_start") else "-"
-        print(f"{e['task']:28} {e['status']:18} {sp:>8} {vs:>8} {e['evaluations']:>6}"
+        print(f"{e['task']:28} {e['status']:18} {num(e.get('speedup')):>8} {num(e.get('search_speedup')):>8} "
+              f"{num(e.get('vs_start')):>8} {e['evaluations']:>6}"
               + (f"  ({e['note']})" if e.get("note") else ""))
     line = f"exported {summary['exported']}/{len(summary['tasks'])} to {export_dir}"
     if summary["geomean_speedup"]:

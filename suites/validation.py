@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -60,14 +61,30 @@ def invalid_tasks(record: dict) -> dict[str, str]:
 
 
 def short_reason(reason: str) -> str:
-    """The line of an error that says what went wrong: a trace's last line, else its first."""
+    """The line of an error that says what went wrong. For a trace (perhaps trimmed at its
+    start): the first line's lead-in, the last exception line, and a ptxas 'fatal' line if any."""
     lines = [ln.strip() for ln in reason.strip().splitlines() if ln.strip()]
     if not lines:
         return ""
     head = lines[0]
-    if len(lines) > 1 and "Traceback" in reason:
-        head = f"{head.split(':')[0]}: {lines[-1]}"
+    if len(lines) > 1:
+        raised = [ln for ln in lines[1:] if _EXCEPTION.match(ln)]
+        fatal = [ln for ln in lines if "fatal" in ln.lower()]
+        last = raised[-1] if raised else lines[-1]
+        head = f"{head.split(':')[0]}: {last}" + (f" [{fatal[-1]}]" if fatal and fatal[-1] != last else "")
     return head[:300]
+
+
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
+_SHARED_GPU = ("cuda out of memory", "outofmemoryerror", "illegal memory access", "device-side assert",
+               "torch_use_cuda_dsa", "unspecified launch failure")
+
+
+def shared_gpu_failure(reason: str) -> bool:
+    """A failure that another process on the same GPU can cause (its memory, a broken context),
+    so worth a retry with the GPU to itself."""
+    low = reason.lower()
+    return any(k in low for k in _SHARED_GPU)
 
 
 def reason_class(reason: str) -> str:
@@ -75,7 +92,11 @@ def reason_class(reason: str) -> str:
     low = reason.lower()
     for key, label in (("unresolved extern", "ptxas: unresolved extern function (AMD-only math)"),
                        ("ptxas", "ptxas error"), ("deadline", "timed out"), ("timed out", "timed out"),
-                       ("out of memory", "out of memory"), ("failed to import", "perf file import error"),
+                       ("out of memory", "out of memory"),
+                       ("illegal memory access", "CUDA illegal memory access"),
+                       ("device-side assert", "CUDA device-side assert"),
+                       ("torch_use_cuda_dsa", "CUDA device-side assert"),
+                       ("failed to import", "perf file import error"),
                        ("disagree", "reference disagrees with itself"), ("wrong result", "reference not reproducible"),
                        ("outofresources", "out of shared memory"), ("out of resource", "out of shared memory"),
                        ("hip", "AMD-only API"), ("import failed", "import error")):

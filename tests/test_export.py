@@ -1,0 +1,34 @@
+"""evolve/export.py: the winner per task, and its second timing at export."""
+from evolve.export import export
+from tests.test_task_search import search
+
+
+def _searched(tmp_path, builtin):
+    ts, archive, run_id, _ = search(tmp_path, builtin, generations=2)
+    ts.run()
+    return archive, run_id
+
+
+def test_the_exported_speedup_is_the_second_measurement(tmp_path, builtin):
+    archive, run_id = _searched(tmp_path, builtin)
+    timed = []
+
+    def retime(name, source):
+        timed.append((name, source))
+        return 0.5 if len(timed) == 1 else 0.25  # the winner, then the starting kernel
+
+    e = export(archive, run_id, "builtin", ["softmax"], tmp_path / "out", retime=retime)["tasks"][0]
+    best = archive.candidate(e["candidate"])
+    assert timed[0] == ("softmax", best["source"]) and len(timed) == 2
+    assert e["speedup"] == 0.5 and e["start_speedup"] == 0.25 and e["vs_start"] == 2.0
+    assert e["search_speedup"] > 1.0 and e["search_start_speedup"] != e["search_speedup"]
+    header = (tmp_path / "out" / "softmax.py").read_text().splitlines()[1]
+    assert "speedup 0.500x" in header and f"{e['search_speedup']:.3f}x during the search" in header
+
+
+def test_a_failed_second_timing_keeps_the_search_measurement(tmp_path, builtin):
+    archive, run_id = _searched(tmp_path, builtin)
+    plain = export(archive, run_id, "builtin", ["softmax"], tmp_path / "a")["tasks"][0]
+    e = export(archive, run_id, "builtin", ["softmax"], tmp_path / "b", retime=lambda n, s: None)["tasks"][0]
+    assert e["speedup"] == plain["speedup"] and "search_speedup" not in e and "retime_note" in e
+    assert "search_speedup" not in plain and "timed again" not in (tmp_path / "a" / "softmax.py").read_text()

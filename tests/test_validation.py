@@ -1,0 +1,39 @@
+"""suites/validation.py: the record's reasons, their classes, and which failures earn a retry."""
+from suites import validation
+
+TRIMMED_TRACE = """the suite's reference fails here: ...
+  File "/x/triton/compiler/compiler.py", line 300, in compile
+    next_module = compile_ir(module, metadata)
+triton.runtime.errors.PTXASError: PTXAS error: Internal Triton PTX codegen error
+`ptxas` stderr:
+ptxas fatal   : Unresolved extern function '__ocml_exp_f32'
+
+Repro command: ptxas -lineinfo -v --gpu-name=sm_90a /tmp/a.ptx -o /tmp/a.ptx.o
+"""
+
+
+def test_a_trimmed_trace_is_summed_up_by_its_exception_and_fatal_line():
+    r = validation.short_reason(TRIMMED_TRACE)
+    assert r.startswith("the suite's reference fails here: triton.runtime.errors.PTXASError")
+    assert "Unresolved extern function '__ocml_exp_f32'" in r
+    assert validation.reason_class(r) == "ptxas: unresolved extern function (AMD-only math)"
+
+
+def test_one_line_reasons_stay_as_they_are():
+    assert validation.short_reason("wrong result on tuning shape x") == "wrong result on tuning shape x"
+    assert validation.short_reason("") == ""
+
+
+def test_only_failures_another_process_can_cause_are_retried():
+    assert validation.shared_gpu_failure("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB")
+    assert validation.shared_gpu_failure("RuntimeError: Triton Error [CUDA]: an illegal memory access was encountered")
+    assert validation.shared_gpu_failure("Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+    assert not validation.shared_gpu_failure("timed out after 240 s (hang or infinite loop); worker killed")
+    assert not validation.shared_gpu_failure(TRIMMED_TRACE)
+    assert not validation.shared_gpu_failure("wrong result on tuning shape {'test': 'result_gold'}")
+
+
+def test_classes_name_the_cuda_faults():
+    assert validation.reason_class("x: Compile with `TORCH_USE_CUDA_DSA` to enable") == "CUDA device-side assert"
+    assert validation.reason_class("x: an illegal memory access was encountered") == "CUDA illegal memory access"
+    assert validation.reason_class("x: torch.OutOfMemoryError: CUDA out of memory") == "out of memory"
