@@ -338,5 +338,16 @@ def main(argv=None) -> int:
         return 130
 
 
+def _sigterm_as_ctrl_c():
+    """`timeout`, `kill` and batch schedulers send SIGTERM: stop as on Ctrl-C (finish what is
+    in flight, record it, export) instead of dying with nothing exported."""
+    import signal
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, handler)
+
+
 if __name__ == "__main__":
+    _sigterm_as_ctrl_c()
     sys.exit(main())

@@ -151,7 +151,9 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
         def job():
             if stop.is_set():
                 return None  # not started before the stop: stays pending in the archive
-            return evaluator.evaluate(task, source)
+            # after a stop, a candidate still waiting for a worker (or for the timing worker) gives
+            # up and stays pending too: only requests already sent run to their end
+            return evaluator.evaluate(task, source, cancel=stop.is_set)
         return evals.submit(job)
 
     statuses = {}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fitness.compare import compare_outputs
-from fitness.pool import WorkerFailure, WorkerPool
+from fitness.pool import Cancelled, WorkerFailure, WorkerPool
 from fitness.reference import ReferenceCache
 from fitness.sandbox import detect
 from fitness.script_eval import ScriptReferences
@@ -110,7 +110,15 @@ class Evaluator:
             v.reason = "the reference runs here (the suite has no Triton starting kernel to time)"
         return v
 
-    def evaluate(self, task: Task, source: str | bytes, timed: bool = True) -> Verdict:
+    def evaluate(self, task: Task, source: str | bytes, timed: bool = True, cancel=None) -> Verdict | None:
+        """The verdict; None when `cancel()` turned true before the candidate reached a worker or
+        the timing worker (a stopping run: the candidate stays unevaluated, for a resume)."""
+        try:
+            return self._evaluate(task, source, timed, cancel)
+        except Cancelled:
+            return None
+
+    def _evaluate(self, task: Task, source: str | bytes, timed: bool, cancel) -> Verdict:
         t0 = time.monotonic()
         v = Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._baseline_name(task))
         if not self.sandbox.isolated:
@@ -121,8 +129,10 @@ class Evaluator:
         else:
             source = source.decode() if isinstance(source, bytes) else source
             v.stage = "parse"
-            if self._correctness(task, source, v) and self.gpu and timed:
-                self._timing(task, source, v)
+            if self._correctness(task, source, v, cancel) and self.gpu and timed:
+                if cancel and cancel():
+                    raise Cancelled()
+                self._timing(task, source, v, cancel)
             elif v.passed and self.gpu:
                 v.timing = "not timed: asked not to (--no-time)"
             elif v.passed:
@@ -166,10 +176,10 @@ class Evaluator:
     def _task_spec(self, task: Task) -> dict:
         return {"suite": task.suite, "name": task.name, "path": self.config.suite_path}
 
-    def _correctness(self, task: Task, source: str, v: Verdict) -> bool:
+    def _correctness(self, task: Task, source: str, v: Verdict, cancel=None) -> bool:
         spec = self._task_spec(task)
         if task.script is not None:
-            ref = self.script_refs.get(task)
+            ref = self.script_refs.get(task, cancel)
             if ref.error:
                 v.reason = ref.error
                 v.flags.append("invalid-here")
@@ -184,7 +194,7 @@ class Evaluator:
             check = lambda case, res: self._check_case(task, case, res.get("outputs"))
         t0 = time.monotonic()
         try:
-            reply = self.pool.request(req, self.config.timeout_s)
+            reply = self.pool.request(req, self.config.timeout_s, cancel)
         except WorkerFailure as e:
             v.reason = str(e)
             v.flags.append("worker-replaced")
@@ -226,9 +236,9 @@ class Evaluator:
         return compare_outputs(outputs, refs, task.tolerance, expected=expected)
 
     # -------------------------------------------------------------------------------------
-    def _timing(self, task: Task, source: str, v: Verdict):
+    def _timing(self, task: Task, source: str, v: Verdict, cancel=None):
         if task.script is not None:
-            shapes = tuple({"perf": i} for i in self.script_refs.get(task).timed)
+            shapes = tuple({"perf": i} for i in self.script_refs.get(task, cancel).timed)
             if not shapes:
                 v.timing = "not timed: the suite gives no benchmark inputs for this task"
                 v.flags.append("untimed")
@@ -243,7 +253,7 @@ class Evaluator:
             req["baseline_source"] = task.start_source
         t0 = time.monotonic()
         try:
-            reply = self.timer.request(req, self.config.timing_timeout_s)
+            reply = self.timer.request(req, self.config.timing_timeout_s, cancel)
         except WorkerFailure as e:
             v.reason = f"timing: {e}"
             v.flags.append("worker-replaced")

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fitness import protocol
@@ -24,8 +25,15 @@ STARTUP_TIMEOUT_S = 180.0
 LOG_TAIL = 3000
 
 
+_SPAWNER = ThreadPoolExecutor(1, thread_name_prefix="worker-spawner")  # lives as long as the engine
+
+
 class WorkerFailure(Exception):
     """The worker died or was killed while serving a request; the message says why."""
+
+
+class Cancelled(Exception):
+    """The caller gave up waiting for a free worker (a run that is stopping)."""
 
 
 class WorkerProcess:
@@ -44,9 +52,12 @@ class WorkerProcess:
         self.log = tempfile.TemporaryFile()
         argv = self.sandbox.wrap([sys.executable, "-m", "fitness.worker", str(to_child_r), str(from_child_w)])
         env = worker_env(self.interpret, self.mem_limit, self.triton_cache)
-        self.proc = subprocess.Popen(argv, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
-                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
-                                     start_new_session=True)
+        # started from one long-lived thread: bubblewrap's --die-with-parent is a parent-death
+        # signal, which Linux sends when the *thread* that started the child ends, so a worker
+        # (re)started from a short-lived thread was SIGKILLed when that thread finished
+        self.proc = _SPAWNER.submit(subprocess.Popen, argv, pass_fds=(to_child_r, from_child_w),
+                                    stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                    env=env, start_new_session=True).result()
         os.close(to_child_r)
         os.close(from_child_w)
         self.info = self._exchange(None, STARTUP_TIMEOUT_S, "starting")
@@ -71,7 +82,8 @@ class WorkerProcess:
         try:
             if msg is not None:
                 protocol.send(self._to_child, msg)
-            reply = protocol.recv(self._from_child)
+            # a reply can be as large as the worker may grow (KernelBench's largest outputs are GBs)
+            reply = protocol.recv(self._from_child, max_bytes=max(8 << 30, self.mem_limit))
         except (EOFError, OSError, protocol.ProtocolError, ValueError) as e:
             done.set()
             watchdog.join()
@@ -176,10 +188,12 @@ class WorkerPool:
         self.restarts = 0
         self.busy_s = 0.0  # summed time workers spent serving requests (a utilisation figure)
 
-    def _take(self, task_key: str) -> WorkerProcess:
+    def _take(self, task_key: str, cancel=None) -> WorkerProcess:
         with self._free:
             while not self._idle:
-                self._free.wait()
+                if cancel and cancel():
+                    raise Cancelled()
+                self._free.wait(0.2 if cancel else None)
             worker = next((w for w in self._idle if self._last_task.get(id(w)) == task_key), self._idle[0])
             self._idle.remove(worker)
             self._last_task[id(worker)] = task_key
@@ -190,9 +204,10 @@ class WorkerPool:
             self._idle.append(worker)
             self._free.notify()
 
-    def request(self, msg: dict, timeout_s: float) -> dict:
-        """Reply of a worker, or raises WorkerFailure (that worker is then replaced)."""
-        worker = self._take(repr(msg.get("task")))
+    def request(self, msg: dict, timeout_s: float, cancel=None) -> dict:
+        """Reply of a worker, or raises WorkerFailure (that worker is then replaced). `cancel()`
+        true while waiting for a free worker raises Cancelled; a request once sent runs to its end."""
+        worker = self._take(repr(msg.get("task")), cancel)
         t0 = time.monotonic()
         try:
             if worker.alive and worker.served >= self.recycle_every:

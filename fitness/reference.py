@@ -1,7 +1,10 @@
 """float64 references computed in the engine process, cached by case.
 
 References are deterministic given (task, shape, dtype, seed), so a run computes each once; the
-cache is bounded in bytes and can be shared between evaluators.
+cache is bounded in bytes and can be shared between evaluators. The candidates of a generation
+arrive together and all want the same references: one thread computes a case while the others
+wait for it, and one case is computed at a time (each already uses all of torch's CPU threads;
+seen on the H100 machine: 15 tasks computing theirs at once made each comparison take 20 s).
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ class ReferenceCache:
         self._items: OrderedDict = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        self._pending: dict = {}  # key -> lock held while that case is computed
+        self._compute = threading.Lock()
 
     def get(self, task: Task, case: dict):
         """(float64 outputs, [(dtype, shape)] the candidate's outputs must have)."""
@@ -28,14 +33,21 @@ class ReferenceCache:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        value = compute(task, case)
-        size = sum(r.numel() * r.element_size() for r in value[0])
-        with self._lock:
-            self._items[key] = value
-            self._bytes += size
-            while self._bytes > self.max_bytes and len(self._items) > 1:
-                _, (old, _) = self._items.popitem(last=False)
-                self._bytes -= sum(r.numel() * r.element_size() for r in old)
+            pending = self._pending.setdefault(key, threading.Lock())
+        with pending:
+            with self._lock:
+                if key in self._items:  # computed while this thread waited
+                    return self._items[key]
+            with self._compute:
+                value = compute(task, case)
+            size = sum(r.numel() * r.element_size() for r in value[0])
+            with self._lock:
+                self._items[key] = value
+                self._bytes += size
+                self._pending.pop(key, None)
+                while self._bytes > self.max_bytes and len(self._items) > 1:
+                    _, (old, _) = self._items.popitem(last=False)
+                    self._bytes -= sum(r.numel() * r.element_size() for r in old)
         return value
 
 

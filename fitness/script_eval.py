@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 
 from fitness.compare import compare_tree, count_elements, is_weak
-from fitness.pool import WorkerFailure
+from fitness.pool import Cancelled, WorkerFailure
 from suites.script import GIVEN
 
 MAX_TIMED = 6  # benchmark inputs timed per candidate (spread over the suite's list, largest included)
@@ -57,24 +57,31 @@ class ScriptReferences:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def get(self, task) -> ScriptReference:
+    def get(self, task, cancel=None) -> ScriptReference:
+        """The task's reference results, computed once however many candidates wait for them;
+        raises Cancelled when `cancel()` turns true while waiting (nothing is cached then)."""
         with self._lock:
             lock = self._locks.setdefault(task.name, threading.Lock())
-        with lock:  # one computation per task, however many candidates wait for it
+        while not lock.acquire(timeout=0.2):
+            if cancel and cancel():
+                raise Cancelled()
+        try:
             if task.name not in self._items:
-                self._items[task.name] = self._compute(task)
+                self._items[task.name] = self._compute(task, cancel)
             return self._items[task.name]
+        finally:
+            lock.release()
 
-    def _run(self, task, cases: list[dict], count: bool) -> dict:
+    def _run(self, task, cases: list[dict], count: bool, cancel=None) -> dict:
         req = {"op": "script", "reference": True, "task": self.spec(task), "cases": cases, "count": count}
         try:
-            return self.pool.request(req, 2 * self.timeout_s)
+            return self.pool.request(req, 2 * self.timeout_s, cancel)
         except WorkerFailure as e:
             return {"error": str(e)}
 
-    def _compute(self, task) -> ScriptReference:
+    def _compute(self, task, cancel=None) -> ScriptReference:
         tests = self.test_cases()
-        reply = self._run(task, tests, count=not self.interpret)
+        reply = self._run(task, tests, not self.interpret, cancel)
         if reply.get("error"):
             return ScriptReference(error=f"the suite's reference fails here: {reply['error']}")
         ref = ScriptReference(results={key(c): r for c, r in zip(tests, reply["results"])})
@@ -90,7 +97,7 @@ class ScriptReferences:
             ref.timed = (0,)  # the interpreter: the first (usually smallest) input only
         if ref.weak:
             perf = self.perf_cases(ref)
-            more = self._run(task, perf, count=False)
+            more = self._run(task, perf, False, cancel)
             if more.get("error"):
                 return ScriptReference(error=f"the suite's reference fails here on the benchmark inputs: "
                                              f"{more['error']}")

@@ -88,10 +88,13 @@ class Worker:
             self.tasks[key] = load_task(spec["suite"], spec["name"], spec.get("path"))
         return self.tasks[key]
 
-    def load(self, source: str):
-        key = hashlib.sha256(source.encode()).hexdigest()[:16]
+    def load(self, source: str, role: str = "candidate"):
+        """The module for `source`, imported once per role: a candidate identical to the suite's
+        reference (validate) still gets a module of its own, so neither sees the state (autotune
+        choices, module-level tensors, call counts) that the other's calls left behind."""
+        key = f"{role}_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
         if key not in self.modules:
-            name = f"candidate_{key}"
+            name = key
             path = os.path.join(self.tmp, name + ".py")
             with open(path, "w") as f:
                 f.write(source)
@@ -102,10 +105,10 @@ class Worker:
             self.modules[key] = module
         return self.modules[key]
 
-    def _import(self, source: str) -> tuple[object, dict | None]:
+    def _import(self, source: str, role: str = "candidate") -> tuple[object, dict | None]:
         """(module, None), or (None, the failed reply) when importing it failed or tampered."""
         try:
-            module = self.load(source)
+            module = self.load(source, role)
             self._check_tamper()
             return module, None
         except CandidateError as e:
@@ -175,7 +178,7 @@ class Worker:
         reference = bool(req.get("reference"))
         source = runner.reference_source if reference else req["source"]
         entry = runner.reference_entry if reference else task.entry
-        module, failed = self._import(for_here(source))
+        module, failed = self._import(for_here(source), "reference" if reference else "candidate")
         if failed:
             return failed
         if not hasattr(module, entry):
@@ -234,11 +237,11 @@ class Worker:
         module = self.load(req["source"])
         if task.script is not None:
             fn = task.script.bind(module, task.entry)
-            base = self.load(task.script.reference_source)
+            base = self.load(task.script.reference_source, "reference")
             base_fn = task.script.bind(base, task.script.reference_entry)
         else:
             fn = getattr(module, task.entry)
-            base = self.load(req["baseline_source"]) if req.get("baseline_source") else None
+            base = self.load(req["baseline_source"], "baseline") if req.get("baseline_source") else None
             base_fn = getattr(base, task.entry) if base else task.reference
         if self.timer is None:
             self.timer = Timer()

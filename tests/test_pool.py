@@ -79,3 +79,40 @@ def test_a_task_goes_back_to_the_worker_that_last_served_it():
         assert sorted(w.served for w in p.workers) == [1, 3]
     finally:
         p.close()
+
+
+def test_a_caller_waiting_for_a_busy_pool_can_give_up(pool):
+    import threading
+    import time
+
+    from fitness.pool import Cancelled
+
+    busy = threading.Thread(target=lambda: ask(pool, "import time\ntime.sleep(4)\n", timeout=20))
+    busy.start()
+    time.sleep(0.5)  # the one worker is now serving the sleeper
+    t0, gave_up = time.monotonic(), threading.Event()
+    threading.Timer(0.5, gave_up.set).start()
+    with pytest.raises(Cancelled):
+        pool.request({"op": "correctness", "source": "x = 1\n", "task": TASK, "cases": [CASE]}, 20, gave_up.is_set)
+    assert time.monotonic() - t0 < 2.5  # gave up while the sleeper still held the worker
+    busy.join()
+    good(pool)  # the request in flight ran to its end and the worker is free again
+
+
+@pytest.mark.skipif(not detect().isolated, reason="the parent-death signal comes from bubblewrap")
+def test_a_worker_started_from_a_short_lived_thread_outlives_it():
+    import threading
+    import time
+
+    p = WorkerPool(1, detect(), interpret=True, mem_limit_bytes=4 << 30, recycle_every=100)
+    try:
+        t = threading.Thread(target=good, args=(p,))
+        t.start()
+        t.join()
+        pid = p.workers[0].info["pid"]
+        time.sleep(1)  # a parent-death signal tied to that thread would have killed the worker by now
+        assert p.workers[0].alive
+        good(p)
+        assert p.workers[0].info["pid"] == pid and p.restarts == 0
+    finally:
+        p.close()

@@ -1,0 +1,52 @@
+"""fitness/reference.py: float64 references, computed once per case however many ask at once."""
+import threading
+import time
+
+import torch
+
+import fitness.reference as reference
+from fitness.reference import ReferenceCache
+
+CASE = {"split": "tuning", "shape": {"M": 4, "N": 8}, "dtype": "float32", "seed": 0}
+
+
+def test_a_reference_is_float64_and_computed_once_for_many_waiters(builtin, monkeypatch):
+    calls, real = [], reference.compute
+
+    def slow(task, case):
+        calls.append(task.case_key(case))
+        time.sleep(0.3)  # long enough for every thread to be waiting on it
+        return real(task, case)
+    monkeypatch.setattr(reference, "compute", slow)
+    cache, got = ReferenceCache(), []
+    threads = [threading.Thread(target=lambda: got.append(cache.get(builtin["softmax"], CASE))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(got) == 8
+    refs, expected = got[0]
+    assert refs[0].dtype == torch.float64 and expected == [("float32", (4, 8))]
+    assert all(g is got[0] for g in got)
+
+
+def test_different_cases_are_computed_one_at_a_time(builtin, monkeypatch):
+    running, peak, real = [0], [0], reference.compute
+    lock = threading.Lock()
+
+    def counted(task, case):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.1)
+        with lock:
+            running[0] -= 1
+        return real(task, case)
+    monkeypatch.setattr(reference, "compute", counted)
+    cache = ReferenceCache()
+    threads = [threading.Thread(target=cache.get, args=(builtin["softmax"], {**CASE, "seed": s})) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak[0] == 1 and len(cache._items) == 4
