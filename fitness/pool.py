@@ -135,6 +135,10 @@ class WorkerProcess:
             return ""
 
     def kill(self):
+        self.send_kill()
+        self.reap()
+
+    def send_kill(self):
         if self.proc is None:
             return
         try:
@@ -147,6 +151,10 @@ class WorkerProcess:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    def reap(self):
+        if self.proc is None:
+            return
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -230,5 +238,9 @@ class WorkerPool:
         return {}
 
     def close(self):
+        # every worker signalled first, then waited for: a process stuck in the GPU driver can
+        # take seconds to go, and one after another that added up to minutes
         for w in self.workers:
-            w.close()
+            w.send_kill()
+        for w in self.workers:
+            w.reap()
