@@ -48,15 +48,13 @@ def _int_const(node) -> int | None:
     return node.value if isinstance(node, ast.Constant) and type(node.value) is int else None
 
 
+def _decorated(tree: ast.Module, words: tuple[str, ...]) -> set[str]:
+    return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+            and any(w in ast.unparse(d) for d in node.decorator_list for w in words)}
+
+
 def _jit_names(tree: ast.Module) -> set[str]:
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef):
-            for d in node.decorator_list:
-                text = ast.unparse(d)
-                if "jit" in text or "autotune" in text or "heuristics" in text:
-                    names.add(node.name)
-    return names
+    return _decorated(tree, ("jit", "autotune", "heuristics"))
 
 
 class _Offsets:
@@ -82,6 +80,9 @@ def find_knobs(source: str) -> list[Knob]:
     data = source.encode()
     off = _Offsets(data)
     jit = _jit_names(tree)
+    # an autotuned kernel gets num_warps/num_stages from its Configs: passing them at the launch
+    # too fails ("got multiple values for keyword argument"), so only its Configs are knobs
+    autotuned = _decorated(tree, ("autotune",))
     knobs: list[Knob] = []
     for func in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name not in jit]:
         launches = [c for c in ast.walk(func) if isinstance(c, ast.Call) and isinstance(c.func, ast.Subscript)
@@ -106,7 +107,7 @@ def find_knobs(source: str) -> list[Knob]:
             end = off.at(last.end_lineno, last.end_col_offset) if last else off.at(call.end_lineno,
                                                                                 call.end_col_offset) - 1
             for name in ("num_warps", "num_stages"):
-                if name not in given and not any(kw.arg == name for kw in call.keywords):
+                if kernel not in autotuned and name not in given and not any(kw.arg == name for kw in call.keywords):
                     given[name] = Knob(("launch", func.name, kernel, i, name), name, None, None, end)
             knobs.extend(given.values())
         for node in ast.walk(func):

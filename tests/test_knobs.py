@@ -42,18 +42,19 @@ def test_finds_every_kind_of_knob():
     assert knobs[("launch", "entry", "_plain", 1, "num_warps")].value == 8
     # absent at the site: insertable
     assert knobs[("launch", "entry", "_plain", 1, "num_stages")].value is None
-    assert knobs[("launch", "entry", "_k", 0, "num_warps")].value is None
+    # an autotuned kernel takes these from its Configs; at the launch they would clash
+    assert ("launch", "entry", "_k", 0, "num_warps") not in knobs
 
 
 def test_apply_rewrites_values_and_inserts_missing_ones():
     knobs = {k.key: k for k in find_knobs(SRC)}
     out = apply(SRC, {knobs[("assign", "entry", "TILE")]: 512,
                       knobs[("launch", "entry", "_plain", 1, "num_stages")]: 3,
-                      knobs[("launch", "entry", "_k", 0, "num_warps")]: 2})
+                      knobs[("config", 0, "num_warps")]: 2})
     ast.parse(out)
     assert "TILE = 512  # a comment that must survive" in out
     assert "ROWS=16, num_warps=8, num_stages=3," in out
-    assert "_k[(1,)](x, x.numel(), num_warps=2)" in out
+    assert '{"BLOCK": 64}, num_warps=2, num_stages=2' in out
     again = {k.key: k.value for k in find_knobs(out)}
     assert again[("launch", "entry", "_plain", 1, "num_stages")] == 3
 
@@ -106,3 +107,44 @@ def test_crossover_only_crosses_knobs_of_the_same_site():
 def test_every_builtin_starting_kernel_has_knobs(builtin):
     for task in builtin.values():
         assert find_knobs(task.start_source), task.name
+
+
+AUTOTUNED = """import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=4)], key=["n"])
+@triton.jit
+def _add(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def entry(x):
+    y = torch.empty_like(x)
+    _add[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, x.numel())
+    return y
+"""
+
+
+def test_every_mutant_of_an_autotuned_kernel_still_runs(tmp_path, monkeypatch):
+    import importlib.util
+
+    import torch
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    rng, mutate, seen = random.Random(0), KnobMutation(), set()
+    for i in range(20):
+        child = mutate.propose([Parent(1, AUTOTUNED)], Context("t"), rng)
+        if child is None or child.source in seen:
+            continue
+        seen.add(child.source)
+        path = tmp_path / f"m{i}.py"
+        path.write_text(child.source)
+        spec = importlib.util.spec_from_file_location(f"autotuned_mutant_{i}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        x = torch.arange(100.0)
+        assert torch.equal(module.entry(x), x + 1), child.source
+    assert len(seen) >= 3
