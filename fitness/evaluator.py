@@ -219,13 +219,17 @@ class Evaluator:
         n_tuning = sum(c["split"] == "tuning" for c in cases)
         v.correct = len(tuning) == n_tuning and all(c["ok"] for c in tuning)
         v.heldout_correct = len(heldout) == len(cases) - n_tuning and all(c["ok"] for c in heldout)
-        if reply.get("error"):
+        # a kernel right on every tuning case goes on to timing even when a held-out case failed:
+        # held-out shapes decide what is exported, not what the search breeds from, and export
+        # can only name a faster kernel it passed over for failing them if that kernel was timed
+        if reply.get("error") and not (v.correct and failed.get("split") == "heldout"):
             return False
         bad = next((c for c in v.cases if not c["ok"]), None)
         if bad:
             v.reason = f"wrong result on {bad['split']} shape {bad['shape']} {bad['dtype']} (seed {bad['seed']}): " \
                        f"{bad['error']}"
-            return False
+            if not v.correct:
+                return False
         v.stage = "correct"
         return True
 
