@@ -1,4 +1,4 @@
-"""GPU timing inside a worker: candidate and baseline interleaved on the same inputs.
+"""GPU timing inside a worker: candidate and baseline interleaved, each on its own copies of the same inputs.
 
 Method (DESIGN.md §5): median of interleaved trials; each timed region runs the function over R
 distinct input sets, R chosen so the sets together exceed twice the L2 (graphs do not flush it);
@@ -128,19 +128,21 @@ class Timer:
         tree = task.script is not None
         t_start = _clock()
         draw, spare = self.sets.get(task, case)
-        first = _copies(draw)
-        in_bytes = _nbytes(first)
+        # each side gets copies of its own: what the candidate writes into its inputs (in-place
+        # kernels do, a cheat could zero them) never reaches the baseline's
+        first_c, first_b = _copies(draw), _copies(draw)
+        in_bytes = _nbytes(first_c)
         t_drawn = _clock()
         # warm-up: the candidate first, so nothing of the baseline's is in the allocator yet
         for _ in range(2):
-            out_c = fn(*first)
+            out_c = fn(*first_c)
         _sync()
-        out_b = base_fn(*first)
+        out_b = base_fn(*first_b)
         _sync()
         t_warm = _clock()
         check_tamper()
         _compare(out_c, out_b, tol, "warm-up call", tree)
-        t_one = max(self._median_ms(lambda: fn(*first), 3), self._median_ms(lambda: base_fn(*first), 3))
+        t_one = max(self._median_ms(lambda: fn(*first_c), 3), self._median_ms(lambda: base_fn(*first_b), 3))
         if not tree:  # a script task's result may be its inputs (in-place kernels): keep them
             poison(out_c, out_b)
         t_calibrated = _clock()
@@ -149,18 +151,19 @@ class Timer:
         n_sets = int(max(1, min(n_sets, MAX_SETS, SET_BUDGET_BYTES // max(in_bytes, 1))))
         # the sets are copies of one draw: what keeps them out of L2 is that they are distinct
         # memory; distinct contents would not stop a cache that falls back to computing
-        sets = [first] + [_copies(draw) for _ in range(n_sets - 1)]
+        sets_c = [first_c] + [_copies(draw) for _ in range(n_sets - 1)]
+        sets_b = [first_b] + [_copies(draw) for _ in range(n_sets - 1)]
         t_prepared = _clock()
 
         method = "cuda-graph"
         try:
             before = hook.launches(module_name)
-            run_c, outs_c = _capture(fn, sets)
+            run_c, outs_c = _capture(fn, sets_c)
             if hook.launches(module_name) == before:
                 raise CandidateError("CUDA graph capture recorded no launch of the candidate's kernels")
-            run_b, outs_b = _capture(base_fn, sets)
+            run_b, outs_b = _capture(base_fn, sets_b)
             # give every set the spare draw's contents, replay, and check: a captured result fails
-            for s in sets:
+            for s in sets_c + sets_b:
                 for dst, src in zip(s, spare):
                     if isinstance(dst, torch.Tensor):
                         dst.copy_(src)
@@ -176,7 +179,7 @@ class Timer:
             _sync()
             method = "eager"
             outs_c, outs_b = [], []
-            run_c, run_b = _eager(fn, sets, outs_c), _eager(base_fn, sets, outs_b)
+            run_c, run_b = _eager(fn, sets_c, outs_c), _eager(base_fn, sets_b, outs_b)
         t_captured = _clock()
 
         times = {"c": [], "b": []}
@@ -205,7 +208,7 @@ class Timer:
             _compare(outs_c[-1], outs_b[-1], tol, "timed (eager) call", tree)
         med_c = statistics.median(times["c"]) / n_sets
         med_b = statistics.median(times["b"]) / n_sets
-        poison(outs_c, outs_b, sets)
+        poison(outs_c, outs_b, sets_c, sets_b)
         bytes_, flops = task.cost(case["shape"], case["dtype"])
         return {"shape": case["shape"], "dtype": case["dtype"], "candidate_ms": med_c, "baseline_ms": med_b,
                 "candidate_spread": _spread(times["c"]), "baseline_spread": _spread(times["b"]),

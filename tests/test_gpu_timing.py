@@ -57,3 +57,63 @@ def test_non_capturable_candidate_is_timed_eagerly(evaluator, builtin):
     v = evaluator.evaluate(task, src)
     assert v.stage == "timed", v.reason
     assert {r["method"] for r in v.times} == {"eager"}
+
+
+ZEROING = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _uniform(x_ptr, y_ptr, n, val, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(x_ptr + offs, tl.zeros([BLOCK], tl.float32), mask=m)  # wipes its own input
+    tl.store(y_ptr + offs, tl.zeros([BLOCK], tl.float32) + val, mask=m)
+
+
+def softmax(x):  # softmax of a zeroed input is 1/N: right only if the baseline sees zeros too
+    y = torch.empty_like(x)
+    _uniform[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), 1.0 / x.shape[-1], BLOCK=1024)
+    return y
+'''
+
+
+def test_a_candidate_that_zeroes_its_inputs_cannot_zero_the_baselines(builtin, monkeypatch, tmp_path):
+    """The timing logic on CPU (events, sync and graphs stood in for; graph capture fails, so the
+    eager path): the baseline runs on copies of its own, so it still computes the true softmax."""
+    import importlib.util
+    import time
+
+    import fitness.gpu_timing as gt
+    from fitness.harness import CandidateError, to_device
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            self.t = None
+
+        def record(self):
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1e3
+
+    def no_graphs(*a, **k):
+        raise RuntimeError("no CUDA graphs on CPU")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    for name, value in (("_Event", Event), ("_sync", lambda: None), ("_Graph", no_graphs), ("_graph_ctx", no_graphs),
+                        ("_copies", lambda args: tuple(to_device(a, "cpu") for a in args))):
+        monkeypatch.setattr(gt, name, value)
+    timer = object.__new__(gt.Timer)
+    timer.l2_bytes, timer.flush_buf, timer.sets = 1 << 16, torch.zeros(16), gt.SetCache(1 << 30, "cpu")
+    path = tmp_path / "zeroing.py"
+    path.write_text(ZEROING)
+    spec = importlib.util.spec_from_file_location("zeroing_candidate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    task = builtin["softmax"]
+    hook = type("Hook", (), {"launches": lambda self, m: 0})()
+    with pytest.raises(CandidateError, match="candidate and baseline disagree"):
+        timer.time_case(task, module.softmax, task.reference, "zeroing_candidate", hook, lambda: None,
+                        {"shape": {"M": 64, "N": 256}, "dtype": "float32", "seed": 7}, 5)
