@@ -19,6 +19,7 @@ def entry(x):
 
 def test_good_source_passes():
     assert check_source(GOOD, "entry").ok
+    assert check_source(GOOD + "\ndef second(x):\n    return x\n", "entry, second").ok
 
 
 @pytest.mark.parametrize("bad, words", [
@@ -27,6 +28,7 @@ def test_good_source_passes():
     ("", "empty"),
     ("def f(:\n", "not valid Python"),
     (GOOD.replace("def entry", "def other"), "no top-level function named 'entry'"),
+    (GOOD, "no top-level function named 'second'"),  # with entry "entry,second": see below
     (GOOD.replace("@triton.jit", ""), "no @triton.jit"),
     (GOOD + "\nimport subprocess\n", "import of 'subprocess'"),
     (GOOD + "\nimport ctypes\n", "import of 'ctypes'"),
@@ -47,9 +49,14 @@ def test_good_source_passes():
     (GOOD + "\nfrom torch import *\n", "import of"),
     (GOOD + "\ng = getattr(torch, 'cuda')\n", "getattr"),
     (GOOD + "\ndef h():\n    global X\n", "global"),
+    # modules re-exported as public library attributes: the way to the worker's own objects
+    (GOOD + "\nw = torch.sys.modules['fitness.worker']\n", "is not allowed"),
+    (GOOD + "\ntorch.os.write(3, b'x')\n", ".os"),
+    (GOOD + "\nobjs = triton.runtime.driver.sys\n", ".sys"),
+    (GOOD + "\ne = torch.utils.cpp_extension.load_inline\n", "load_inline"),
 ])
 def test_bad_source_rejected(bad, words):
-    result = check_source(bad, "entry")
+    result = check_source(bad, "entry,second" if "'second'" in words else "entry")
     assert not result.ok
     assert words in result.reason
 
