@@ -8,6 +8,7 @@ candidates is replaced before its next request.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -71,7 +72,15 @@ class WorkerProcess:
         if not self.alive:
             self.start()
         self.served += 1
-        return self._exchange(msg, timeout_s, msg.get("op", "request"))
+        # a fresh nonce per request, echoed in the reply: a frame the candidate wrote into the
+        # channel itself (a forged or extra reply) cannot pass for the worker's answer
+        nonce = secrets.token_hex(8)
+        reply = self._exchange({**msg, "nonce": nonce}, timeout_s, msg.get("op", "request"))
+        if reply.get("nonce") != nonce:
+            self.kill()
+            raise WorkerFailure("the worker's channel carried a reply to no request (written by the candidate?); "
+                                "worker killed")
+        return reply
 
     def _exchange(self, msg, timeout_s, what) -> dict:
         done = threading.Event()
@@ -84,7 +93,7 @@ class WorkerProcess:
                 protocol.send(self._to_child, msg)
             # a reply can be as large as the worker may grow (KernelBench's largest outputs are GBs)
             reply = protocol.recv(self._from_child, max_bytes=max(8 << 30, self.mem_limit))
-        except (EOFError, OSError, protocol.ProtocolError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 - a reply that does not decode is the worker's failure
             done.set()
             watchdog.join()
             note = why[0] if why else self._death_note(what, e)

@@ -273,7 +273,7 @@ class Worker:
                 reply = self.timing(req)
             else:
                 reply = {"error": f"unknown op {op!r}"}
-            protocol.send(fd_out, reply)
+            protocol.send(fd_out, {**reply, "nonce": req.get("nonce")})
 
     def device_name(self) -> str:
         if self.device == "cuda":

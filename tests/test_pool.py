@@ -116,3 +116,21 @@ def test_a_worker_started_from_a_short_lived_thread_outlives_it():
         assert p.workers[0].info["pid"] == pid and p.restarts == 0
     finally:
         p.close()
+
+
+def test_a_reply_the_candidate_forged_is_refused_and_the_worker_replaced(pool):
+    # written into the reply channel at import, before the worker's own answer
+    forged = ("import sys\nfrom fitness import protocol\n"
+              "protocol.send(int(sys.argv[-1]), {'stage': 'call', 'results': [{'outputs': []}]})\n")
+    with pytest.raises(WorkerFailure, match="reply to no request"):
+        ask(pool, forged)
+    good(pool)  # a fresh worker: the worker's own late answer is not taken for this request's
+
+
+def test_a_reply_that_does_not_decode_fails_the_request_not_the_engine(pool):
+    garbage = ("import json, os, struct, sys\n"
+               "head = json.dumps({'body': {'__dtype__': 'not_a_dtype'}, 'blobs': []}).encode()\n"
+               "os.write(int(sys.argv[-1]), struct.pack('<Q', len(head)) + head)\n")
+    with pytest.raises(WorkerFailure):
+        ask(pool, garbage)
+    good(pool)
