@@ -88,11 +88,19 @@ class Policy:
         return list(self.toolbox.survive(pool, min(mu, len(pool))))
 
     def migrate(self, islands: list[list[Kernel]], rng: random.Random):
-        """The best `migrants` of island i replace the worst of island i+1, around the ring."""
+        """The best `migrants` of island i replace the worst of island i+1, around the ring. A
+        migrant the next island already holds (same normalized source) stays home: a copy would
+        only take the place of a distinct kernel (the starting kernel sits on every island)."""
         if len(islands) < 2:
             return
         k = min(self.migrants, *(len(p) for p in islands))
         if k < 1:
             return
-        emigrate = lambda pop, n: [ind.copy() for ind in self.toolbox.emigrate(pop, n)]
-        _with_rng(rng, tools.migRing, islands, k, emigrate, self.toolbox.displace)
+        # everyone chosen before anyone moves, as on a ring all islands send at once
+        leaving = [[ind.copy() for ind in _with_rng(rng, self.toolbox.emigrate, pop, k)] for pop in islands]
+        for i, movers in enumerate(leaving):
+            dest = islands[(i + 1) % len(islands)]
+            held = {ind.code_hash for ind in dest}
+            movers = [m for m in movers if m.code_hash not in held]
+            for mover, worst in zip(movers, _with_rng(rng, self.toolbox.displace, dest, len(movers))):
+                dest[next(j for j, ind in enumerate(dest) if ind is worst)] = mover

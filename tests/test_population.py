@@ -38,3 +38,12 @@ def test_tournament_parents_are_reproducible():
     a = [p.id for p in Policy().parents(pop, 5, random.Random(42))]
     b = [p.id for p in Policy().parents(pop, 5, random.Random(42))]
     assert a == b and set(a) <= set(range(1, 9))
+
+
+def test_a_migrant_the_next_island_already_holds_stays_home():
+    start = k(1, 1.0)  # the starting kernel is on every island
+    islands = [[start.copy(), k(11, 0.5)], [start.copy(), k(21, 0.7)]]
+    Policy(migrants=1).migrate(islands, random.Random(0))
+    ids = [sorted(x.id for x in pop) for pop in islands]
+    assert ids == [[1, 11], [1, 21]]  # no island gave up a distinct kernel for a second copy
+    assert all(len({x.code_hash for x in pop}) == len(pop) for pop in islands)
