@@ -61,6 +61,10 @@ class TaskSearch:
         self.exhausted = ""  # why operators were dropped (LLM budget, endpoint)
         self.invalid = ""  # the evaluator found the task's reference failing on this machine
         self.lock = threading.Lock()
+        # islands propose side by side but add their children to the archive in island order, so
+        # which island keeps a kernel two of them made does not depend on thread timing
+        self._turn = threading.Condition()
+        self._next_island = 0
         from operators.retrieval import reference_source
 
         self.reference = reference_source(task)
@@ -139,13 +143,21 @@ class TaskSearch:
     def _evaluate_generation(self, gen: int, islands: list[list[Kernel]],
                              mutations_only: bool = False) -> list[list[Kernel]] | None:
         """Children of every island for this generation, all evaluated; None when stopped."""
-        want = self.config.population - (1 if mutations_only else 0)
-        if self.config.budget_evals:
-            left = self.config.budget_evals - self.archive.evaluation_count(self.run_id, self.task.name)
-            want = max(0, min(want, -(-left // max(1, len(islands)))))
+        full = self.config.population - (1 if mutations_only else 0)
+        wants = [full] * len(islands)
+        if self.config.budget_evals:  # what is left of the budget, shared out exactly
+            left = max(0, self.config.budget_evals - self.archive.evaluation_count(self.run_id, self.task.name))
+            share, extra = divmod(left, len(islands))
+            wants = [min(full, share + (i < extra)) for i in range(len(islands))]
+
         def island_rows(i: int) -> list[dict]:
             have = self.archive.candidates(self.run_id, self.task.name, i, gen)
-            return have + self._make_children(i, gen, islands[i], want - len(have), mutations_only)
+            try:
+                return have + self._make_children(i, gen, islands[i], wants[i], have, mutations_only)
+            finally:
+                self._pass_turn(i)
+
+        self._next_island = 0
 
         with ThreadPoolExecutor(len(islands), thread_name_prefix=f"{self.task.name}-island") as pool:
             rows = list(pool.map(island_rows, range(len(islands))))
@@ -153,9 +165,15 @@ class TaskSearch:
             return None
         return [[kernel_from_row(self.archive.candidate(r["id"])) for r in island] for island in rows]
 
-    def _make_children(self, island: int, gen: int, pop: list[Kernel], n: int, mutations_only: bool) -> list[dict]:
-        if n <= 0 or self.stop.is_set():
+    def _make_children(self, island: int, gen: int, pop: list[Kernel], n: int, have: list[dict],
+                       mutations_only: bool) -> list[dict]:
+        """Up to `n` children in all, `have` (made before a stop) included. The island's stream is
+        drawn from its start again and a child already in `have` counts as made, so a resumed
+        generation draws exactly what an unbroken one would have."""
+        if n - len(have) <= 0 or self.stop.is_set():
             return []
+        made_before = {r["code_hash"] for r in have}
+        replayed = 0
         rng = self._rng(island, gen)
         rows = self.archive.candidates(self.run_id, self.task.name)
         context = Context(self.task.name, self.task.instruction, self.task.entry, island, gen,
@@ -164,9 +182,10 @@ class TaskSearch:
         failed = [r for r in rows if r["island"] == island and r["generation"] == gen - 1 and
                   r.get("evaluation_id") is not None and not r.get("correct")]
         made, waiting, attempts, repairs = [], 0, 0, 0
-        while len(made) + waiting < n and attempts < 5 * n and not self.stop.is_set():
+        while (replayed + len(made) + waiting < n and len(made) < n - len(have) and attempts < 5 * n
+               and not self.stop.is_set()):
             jobs = []  # drawn in order from the island's stream: the same on resume
-            for _ in range(n - len(made) - waiting):
+            for _ in range(n - replayed - len(made) - waiting):
                 attempts += 1
                 repair = self._repairer() if not mutations_only else None
                 if repair is not None and failed and repairs < (n + 1) // 2:
@@ -184,13 +203,21 @@ class TaskSearch:
                 break
             with ThreadPoolExecutor(len(jobs), thread_name_prefix=f"{self.task.name}-propose") as pool:
                 outcomes = list(pool.map(lambda j: self._propose(j, context), jobs))
+            if not self._await_turn(island):
+                break  # stopped before this island's turn: it adds nothing, a resume makes it all
             for (_, parents, _), child in zip(jobs, outcomes):
+                if self.stop.is_set():
+                    break
                 if child == "pending":
                     waiting += 1
                     continue
                 if child is None:
                     continue
                 h = code_hash(child.source)
+                if h in made_before:  # made by this draw before the stop: already in the archive
+                    made_before.discard(h)
+                    replayed += 1
+                    continue
                 with self.lock:
                     if h in self.known:
                         continue  # the same kernel was made before in this run: it is not evaluated again
@@ -201,6 +228,19 @@ class TaskSearch:
                     self.archive.link_llm_calls(child.llm_calls, cid)
                 made.append(self.archive.candidate(cid))
         return made
+
+    def _await_turn(self, island: int) -> bool:
+        """Waits until the islands before this one have added their children; False if the run
+        was stopped by then."""
+        with self._turn:
+            self._turn.wait_for(lambda: self._next_island >= island)
+        return not self.stop.is_set()
+
+    def _pass_turn(self, island: int):
+        with self._turn:
+            self._turn.wait_for(lambda: self._next_island >= island)
+            self._next_island = island + 1
+            self._turn.notify_all()
 
     def _propose(self, job, context: Context):
         op, parents, rng = job
