@@ -26,7 +26,8 @@ WAITING = "waiting for LLM answers"
 EXIT_WAITING = 3  # an --llm-exchange round is written and waits for its answers
 
 # a resumed run must keep these; the others (generations, budgets) may grow between sessions
-FIXED = ("suite", "suite_path", "islands", "population", "seed", "migration_interval", "operators")
+FIXED = ("suite", "suite_path", "islands", "population", "seed", "migration_interval", "operators",
+         "baseline", "seeds")  # the last two: speedups and correctness of the sessions must compare
 
 
 MAX_TASK_THREADS = 64
@@ -62,7 +63,7 @@ def _run_id(archive: Archive, config: dict, fresh: bool) -> tuple[int, str]:
         return archive.new_run(config["suite"], config), "new run"
     old = latest["config"]
     for key in FIXED:
-        if old.get(key) != config.get(key):
+        if key in old and old.get(key) != config.get(key):  # (archives from before a key was kept lack it)
             flag = "--" + key.replace("_", "-")
             raise SearchError(f"archive {archive.path} holds run {latest['id']} made with {flag} {old.get(key)}; "
                               f"this command asks for {config.get(key)}: add --fresh to start a new run in it, "
@@ -99,7 +100,8 @@ def run_search(args, make_evaluator) -> int:
     export_dir = Path(args.export or f"runs/{args.suite}-best")
     config = {"suite": args.suite, "suite_path": args.suite_path, "islands": args.islands,
               "population": args.population, "seed": args.seed, "migration_interval": args.migration_interval,
-              "operators": name, "generations": args.generations, "model": args.model}
+              "operators": name, "generations": args.generations, "model": args.model,
+              "baseline": args.baseline, "seeds": args.seeds}
     evaluator = make_evaluator()
     try:
         archive = Archive(archive_path)
@@ -133,7 +135,10 @@ def run_search(args, make_evaluator) -> int:
                 print(f"waiting for LLM answers: wrote {n} request(s) to {path} (OpenAI Batch API input format); "
                       f"send them with `python run.py llm-batch {path.parent}` (or any Batch API runner that "
                       f"writes its output .jsonl into {path.parent}), then run this command again", flush=True)
-        archive.set_status(run_id, "interrupted" if interrupted else "waiting" if waiting else "finished")
+        # "stopped": the time limit ended it with tasks unfinished (resumable, like "interrupted")
+        stopped = any(st == "stopped" for st in statuses.values())
+        archive.set_status(run_id, "interrupted" if interrupted else "waiting" if waiting
+                           else "stopped" if stopped else "finished")
     finally:
         evaluator.close()
         archive.close()

@@ -126,6 +126,8 @@ def test_conflicting_config_and_foreign_archive_are_refused(finished, tmp_path):
     before = rows(tmp)
     p = subprocess.run([*search_cmd(tmp), "--seed", "5"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--seed 0" in p.stderr and "--fresh" in p.stderr, p.stderr
+    p = subprocess.run([*search_cmd(tmp), "--baseline", "start"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--baseline reference" in p.stderr, p.stderr  # speedups would not compare
     assert rows(tmp) == before
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"\x00\x01 not sqlite")
@@ -143,6 +145,7 @@ def test_time_limit_and_sigterm_stop_cleanly_and_export(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert time.monotonic() - t0 < 120
     assert json.loads((tmp_path / "best" / "summary.json").read_text())["tasks"][0]["status"] == "exported"
+    assert db(tmp_path).execute("select status from runs").fetchone()[0] == "stopped"  # not "finished"
     # candidates still waiting for a worker at the stop give up: they stay pending for a resume
     assert (db(tmp_path).execute("select max(generation) from populations").fetchone()[0] or 0) < 50
 
