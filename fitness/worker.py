@@ -8,6 +8,7 @@ threads, tampering).
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib.util
 import os
@@ -273,7 +274,34 @@ class Worker:
                 reply = self.timing(req)
             else:
                 reply = {"error": f"unknown op {op!r}"}
+            self._forget_candidates()
             protocol.send(fd_out, {**reply, "nonce": req.get("nonce")})
+
+    def _forget_candidates(self):
+        """Drops the candidates' modules after each request (the suite's reference stays): what
+        one candidate allocated at import must not count against the next one's memory."""
+        names = [k for k in self.modules if k.startswith("candidate_")]
+        if not names:
+            return
+        for name in names:
+            del self.modules[name]
+            sys.modules.pop(name, None)
+        # Triton keeps every @jit function by "module:name" (recent versions); that alone would
+        # keep each module, and everything it allocated, alive
+        registry = getattr(sys.modules.get("triton.runtime.jit"), "_triton_jit_function_registry", None)
+        if isinstance(registry, dict):
+            for key in [k for k in registry if str(k).split(":")[0] in names]:
+                del registry[key]
+        # the interpreter (CPU) caches each kernel's rewritten function, keyed by the function
+        interpreted = getattr(sys.modules.get("triton.runtime.interpreter"), "InterpretedFunction", None)
+        rewritten = getattr(interpreted, "rewritten_fn", None)
+        if isinstance(rewritten, dict):
+            for fn in [f for f in rewritten if getattr(f, "__module__", None) in names]:
+                del rewritten[fn]
+        self.warmed = {w for w in self.warmed if not w[0].startswith("candidate_")}
+        gc.collect()  # modules sit in reference cycles (functions point back at their globals)
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
 
     def device_name(self) -> str:
         if self.device == "cuda":
@@ -302,8 +330,10 @@ def _is_compile_error(e: BaseException) -> bool:
 
 def _is_cuda_fault(e: BaseException) -> bool:
     text = str(e)
+    # out of memory too: the worker is replaced, so nothing a candidate left allocated or
+    # fragmented fails the candidates after it
     return any(s in text for s in ("illegal memory access", "CUDA error", "misaligned address",
-                                   "unspecified launch failure", "device-side assert"))
+                                   "unspecified launch failure", "device-side assert", "CUDA out of memory"))
 
 
 def _vm_size() -> int:

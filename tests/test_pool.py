@@ -134,3 +134,13 @@ def test_a_reply_that_does_not_decode_fails_the_request_not_the_engine(pool):
     with pytest.raises(WorkerFailure):
         ask(pool, garbage)
     good(pool)
+
+
+def test_a_candidates_module_is_gone_before_the_next_request(pool):
+    good(pool)  # a candidate module was imported for this
+    probe = ("import sys\n"
+             "left = [m for m in sys.modules if m.startswith('candidate_') and m != __name__]\n"
+             "assert not left, f'still loaded: {left}'\n")
+    reply = ask(pool, probe)
+    assert "still loaded" not in reply.get("error", ""), reply
+    assert "no callable" in reply.get("error", "")  # it imported, then had no entry point
