@@ -261,9 +261,13 @@ class Evaluator:
         except WorkerFailure as e:
             v.reason = f"timing: {e}"
             v.flags.append("worker-replaced")
+            v.correct = False  # a kernel that cannot be timed (hang, crash) is no parent and no export
             return
         if reply.get("error"):
+            # the timing worker's own checks (results captured into a graph, times beyond the wall
+            # clock, disagreement with the baseline on the benchmark inputs) fail the candidate
             v.reason = f"timing: {reply['error']}"
+            v.correct = False
             return
         v.phases["timing_s"] = round(time.monotonic() - t0, 3)  # waiting for the timing worker included
         v.phases["timing_setup_s"] = round(reply.get("setup_ms", 0) / 1e3, 3)

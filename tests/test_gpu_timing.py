@@ -117,3 +117,19 @@ def test_a_candidate_that_zeroes_its_inputs_cannot_zero_the_baselines(builtin, m
     with pytest.raises(CandidateError, match="candidate and baseline disagree"):
         timer.time_case(task, module.softmax, task.reference, "zeroing_candidate", hook, lambda: None,
                         {"shape": {"M": 64, "N": 256}, "dtype": "float32", "seed": 7}, 5)
+
+
+def test_a_kernel_the_timing_worker_rejects_is_no_longer_correct(evaluator, builtin, monkeypatch):
+    """What the timing worker's own checks catch (a result captured into a graph, times beyond
+    the wall clock) fails the candidate: it is neither a parent nor exported. The timing worker
+    is stood in for by one that answers with such a finding (no GPU here)."""
+    from fitness.verdict import Verdict
+
+    class Refusing:
+        def request(self, req, timeout_s, cancel=None):
+            return {"error": "timed (graph) call on re-drawn inputs: candidate and baseline disagree"}
+    monkeypatch.setattr(evaluator, "timer", Refusing())
+    task = builtin["softmax"]
+    v = Verdict(task.name, stage="correct", correct=True, heldout_correct=True)
+    evaluator._timing(task, task.start_source, v)
+    assert not v.correct and not v.passed and "re-drawn inputs" in v.reason and v.speedup is None
