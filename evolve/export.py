@@ -20,6 +20,8 @@ from typing import Callable
 from archives.archive import Archive
 from fitness.verdict import geomean
 
+HEADER = "# triton-evolve export:"
+
 
 def _rank(row: dict) -> tuple:
     return (-(row["speedup"] or 0.0), row["id"])
@@ -40,7 +42,7 @@ def _header(task: str, suite: str, row: dict, entry: dict, check_cmd: str, basel
             measured += f" (timed again alone at export; {entry['search_speedup']:.3f}x during the search)"
     else:
         measured = f"not timed ({row['device'] or 'no GPU'}): correct on the tuning and held-out shapes"
-    return (f"# triton-evolve export: suite {suite}, task {task}: candidate {row['id']} "
+    return (f"{HEADER} suite {suite}, task {task}: candidate {row['id']} "
             f"(island {row['island']}, generation {row['generation']}, {row['operator']})\n"
             f"# measured: {measured}\n"
             f"# reproduce: {check_cmd}\n")
@@ -76,8 +78,10 @@ def export(archive: Archive, run_id: int, suite: str, task_names: list[str], out
         start = next((r for r in evaluated if r["operator"] == "start"), None)
         if start is not None:
             entry["start_speedup"] = start["speedup"]
+        path = out / f"{name}.py"
+        if best is None and path.exists() and path.read_text(errors="replace").startswith(HEADER):
+            path.unlink()  # an earlier run's export: this run has no kernel to stand behind it
         if best is not None:
-            path = out / f"{name}.py"
             cmd = ["python", "run.py", "check", "--suite", suite]
             if suite_path:
                 cmd += ["--suite-path", str(suite_path)]

@@ -48,6 +48,7 @@ class WorkerProcess:
         self.info: dict = {}
 
     def start(self):
+        self.info = {}  # the last worker's pid must not be signalled if this start fails
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
         self.log = tempfile.TemporaryFile()

@@ -32,3 +32,15 @@ def test_a_failed_second_timing_keeps_the_search_measurement(tmp_path, builtin):
     e = export(archive, run_id, "builtin", ["softmax"], tmp_path / "b", retime=lambda n, s: None)["tasks"][0]
     assert e["speedup"] == plain["speedup"] and "search_speedup" not in e and "retime_note" in e
     assert "search_speedup" not in plain and "timed again" not in (tmp_path / "a" / "softmax.py").read_text()
+
+
+def test_an_earlier_runs_file_for_a_task_without_a_kernel_now_is_removed(tmp_path, builtin):
+    archive, run_id = _searched(tmp_path, builtin)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "layernorm.py").write_text("# triton-evolve export: suite builtin, task layernorm: candidate 7\n")
+    (out / "notes.py").write_text("# the user's own file\n")
+    summary = export(archive, run_id, "builtin", ["softmax", "layernorm", "notes"], out)
+    assert [e["status"] for e in summary["tasks"]] == ["exported", "not started", "not started"]
+    assert not (out / "layernorm.py").exists() and (out / "notes.py").exists()
+    assert (out / "softmax.py").read_text().startswith("# triton-evolve export: suite builtin, task softmax")
