@@ -157,3 +157,36 @@ def test_a_partial_folder_is_one_line_and_exit_2(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "no task could be loaded" in out.stderr and "perf" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+OOM_TEST = '''
+import torch
+
+def test_scale_add():
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+result_gold = test_scale_add()
+'''
+
+
+def test_validate_retries_alone_what_sharing_the_gpu_can_cause(data, tmp_path):
+    """A reference that ran out of GPU memory among several workers is run again, alone, before it
+    is called invalid-here (this one fails again: it always raises)."""
+    import shutil
+
+    suite = tmp_path / "tritonbench"
+    shutil.copytree(data / "tritonbench", suite)
+    (suite / "kernels" / "oom_scale_add.py").write_text(SCALE_ADD + "\n" + SEP + "\n" + OOM_TEST)
+    perf = (suite / "perf" / "scale_add_perf.py").read_text()
+    (suite / "perf" / "oom_scale_add_perf.py").write_text(perf.replace("TritonBench_v1.scale_add",
+                                                                       "TritonBench_v1.oom_scale_add"))
+    record = tmp_path / "record.json"
+    out = subprocess.run([sys.executable, "run.py", "validate", "--suite", "tritonbench", "--suite-path", str(suite),
+                          "--tasks", "oom_scale_add,scale_add", "--workers", "2", "--no-time",
+                          "--validation", str(record)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "retrying 1 task(s) alone, with the GPU to themselves: oom_scale_add" in out.stdout
+    assert out.stdout.count("oom_scale_add ") == 2  # its line from each pass
+    tasks = json.loads(record.read_text())["tasks"]
+    assert tasks["oom_scale_add"]["status"] == "invalid-here" and "out of memory" in tasks["oom_scale_add"]["reason"]
+    assert tasks["scale_add"]["status"] == "valid"
