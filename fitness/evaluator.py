@@ -93,13 +93,13 @@ class Evaluator:
 
     def retime(self, task: Task, source: str) -> Verdict:
         """Times a candidate that already passed correctness (export's second measurement)."""
-        v = Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._baseline_name(task))
+        v = self._verdict(task)
         if self.gpu:
             self._timing(task, source, v)
         return v
 
     def _reference_verdict(self, task: Task) -> Verdict:
-        v = Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._baseline_name(task))
+        v = self._verdict(task)
         problem = self.reference_status(task)
         v.device = self.pool.info().get("device", "")
         if problem:
@@ -120,7 +120,7 @@ class Evaluator:
 
     def _evaluate(self, task: Task, source: str | bytes, timed: bool, cancel) -> Verdict:
         t0 = time.monotonic()
-        v = Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._baseline_name(task))
+        v = self._verdict(task)
         if not self.sandbox.isolated:
             v.flags.append("no-sandbox")
         gate = check_source(source, task.entry, self._allowance(task))
@@ -145,6 +145,9 @@ class Evaluator:
                 v.reason += "; " + v.timing
         v.elapsed_s = round(time.monotonic() - t0, 3)
         return v
+
+    def _verdict(self, task: Task) -> Verdict:
+        return Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._baseline_name(task))
 
     def _baseline_name(self, task: Task) -> str:
         if task.script is not None:
@@ -206,8 +209,8 @@ class Evaluator:
             problem = check(case, res)
             v.cases.append({**case, "ok": not problem, "error": problem})
         v.phases.update(worker_s=round(t1 - t0, 3), reference_compare_s=round(time.monotonic() - t1, 3))
+        failed = reply.get("case") or {}  # the case a worker-side error stopped at
         if reply.get("error"):
-            failed = reply.get("case") or {}
             v.cases.append({**failed, "ok": False, "error": reply["error"]})
             v.reason = reply["error"] if not failed else f"{failed.get('split')} case {failed.get('shape')} " \
                 f"{failed.get('dtype')}: {reply['error']}"
