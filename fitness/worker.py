@@ -305,9 +305,9 @@ class Worker:
             for fn in [f for f in rewritten if getattr(f, "__module__", None) in names]:
                 del rewritten[fn]
         self.warmed = {w for w in self.warmed if not w[0].startswith("candidate_")}
-        gc.collect()  # modules sit in reference cycles (functions point back at their globals)
-        if self.device == "cuda":
-            torch.cuda.empty_cache()
+        # modules sit in reference cycles (functions point back at their globals); what they held
+        # on the GPU goes back to torch's caching allocator, where the next candidate reuses it
+        gc.collect()
 
     def device_name(self) -> str:
         if self.device == "cuda":
