@@ -150,7 +150,9 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
     progress = Progress(len(tasks))
     t0 = time.monotonic()
     workers = max(1, evaluator.config.workers)
-    evals = ThreadPoolExecutor(2 * workers + 1, thread_name_prefix="evaluate")
+    # candidates in flight: one per correctness worker, the rest queued for the timing worker
+    # or being compared, so the workers never wait for a candidate to be handed to them
+    evals = ThreadPoolExecutor(3 * workers + 1, thread_name_prefix="evaluate")
 
     def submit(task, source) -> Future:
         def job():
@@ -202,9 +204,13 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
         evals.shutdown(wait=not interrupted, cancel_futures=True)
         wall = time.monotonic() - t0
         busy = evaluator.timer.busy_s if evaluator.timer else None
-    line = f"{progress.evals} evaluations in {wall:.0f} s = {60 * progress.evals / max(wall, 1e-9):.1f}/min"
+    wall = max(wall, 1e-9)
+    line = f"{progress.evals} evaluations in {wall:.0f} s = {60 * progress.evals / wall:.1f}/min"
     if busy is not None:
-        line += f"; GPU timing worker busy {100 * busy / max(wall, 1e-9):.0f}% of the wall time"
+        line += f"; GPU timing worker busy {100 * busy / wall:.0f}% of the wall time"
+    # which side bounds the throughput: near 100% here and low above means compile and
+    # correctness starve the timing worker
+    line += f"; correctness workers busy {100 * evaluator.pool.busy_s / (wall * workers):.0f}%"
     print(line, flush=True)
     return interrupted, statuses
 

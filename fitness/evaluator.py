@@ -36,7 +36,7 @@ class EvalConfig:
     mem_limit_gb: float = 16.0  # host memory per worker
     recycle_every: int = 50
     sandbox: bool = True
-    reference_cache_bytes: int = 4 << 30
+    reference_cache_bytes: int | None = None  # None: fitness.reference.default_bytes()
     suite_path: str | None = None
     triton_cache: str | None = None  # compiled-kernel cache folder (default: the user cache)
     extra_flags: tuple[str, ...] = field(default_factory=tuple)
@@ -60,7 +60,8 @@ class Evaluator:
         # restart costs its start-up and its GPU input cache: recycled ten times less often
         self.timer = WorkerPool(1, self.sandbox, False, mem, 10 * config.recycle_every,
                                 config.triton_cache) if self.gpu else None
-        self.references = references or ReferenceCache(config.reference_cache_bytes)
+        self.references = references or ReferenceCache(config.reference_cache_bytes,
+                                                       "cuda" if self.gpu else "cpu")
         self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s, self._task_spec)
         self._allowances: dict[str, frozenset] = {}
 

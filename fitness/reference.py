@@ -5,9 +5,17 @@ cache is bounded in bytes and can be shared between evaluators. The candidates o
 arrive together and all want the same references: one thread computes a case while the others
 wait for it, and one case is computed at a time (each already uses all of torch's CPU threads;
 seen on the H100 machine: 15 tasks computing theirs at once made each comparison take 20 s).
+On a GPU machine they are computed on the GPU (a float64 matmul there takes milliseconds, on
+the CPU seconds) and kept in host memory; a reference that cannot run on the GPU runs on the CPU.
+
+The default bound is a quarter of the machine's memory, at most 32 GiB: the builtin suite's
+GPU-sized references take about 13 GiB, and a bound below a generation's working set makes
+the tasks evict each other's references and compute them again and again (seen on the H100:
+with 4 GiB, comparison waited 3 s per candidate and the timing worker idled).
 """
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 
@@ -17,9 +25,18 @@ from fitness.compare import as_list, dtype_name
 from suites.task import Task
 
 
+def default_bytes() -> int:
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        physical = 16 << 30
+    return min(32 << 30, physical // 4)
+
+
 class ReferenceCache:
-    def __init__(self, max_bytes: int = 4 << 30):
-        self.max_bytes = max_bytes
+    def __init__(self, max_bytes: int | None = None, device: str = "cpu"):
+        self.max_bytes = default_bytes() if max_bytes is None else max_bytes
+        self.device = device
         self._items: OrderedDict = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
@@ -39,7 +56,7 @@ class ReferenceCache:
                 if key in self._items:  # computed while this thread waited
                     return self._items[key]
             with self._compute:
-                value = compute(task, case)
+                value = compute(task, case, self.device)
             size = sum(r.numel() * r.element_size() for r in value[0])
             with self._lock:
                 self._items[key] = value
@@ -51,14 +68,24 @@ class ReferenceCache:
         return value
 
 
-def compute(task: Task, case: dict):
+def compute(task: Task, case: dict, device: str = "cpu"):
     dtype = getattr(torch, case["dtype"])
+    # drawn on the CPU from the case's seed, exactly as the worker draws the candidate's inputs
     args = task.make_inputs(case["shape"], dtype, torch.Generator().manual_seed(case["seed"]))
     expected = expected_outputs(task, args)
-    up = [a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+    if device != "cpu":
+        try:
+            return _float64_reference(task, args, device), expected
+        except Exception:  # noqa: BLE001 - e.g. a reference that makes CPU tensors of its own
+            pass
+    return _float64_reference(task, args, "cpu"), expected
+
+
+def _float64_reference(task: Task, args, device: str) -> list[torch.Tensor]:
+    up = [a.to(device, torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point()
+          else a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
     with torch.no_grad():
-        refs = [r.detach() for r in as_list(task.reference(*up))]
-    return refs, expected
+        return [r.detach().cpu() for r in as_list(task.reference(*up))]
 
 
 def expected_outputs(task: Task, args) -> list[tuple[str, tuple]]:

@@ -13,10 +13,10 @@ CASE = {"split": "tuning", "shape": {"M": 4, "N": 8}, "dtype": "float32", "seed"
 def test_a_reference_is_float64_and_computed_once_for_many_waiters(builtin, monkeypatch):
     calls, real = [], reference.compute
 
-    def slow(task, case):
+    def slow(task, case, device="cpu"):
         calls.append(task.case_key(case))
         time.sleep(0.3)  # long enough for every thread to be waiting on it
-        return real(task, case)
+        return real(task, case, device)
     monkeypatch.setattr(reference, "compute", slow)
     cache, got = ReferenceCache(), []
     threads = [threading.Thread(target=lambda: got.append(cache.get(builtin["softmax"], CASE))) for _ in range(8)]
@@ -34,14 +34,14 @@ def test_different_cases_are_computed_one_at_a_time(builtin, monkeypatch):
     running, peak, real = [0], [0], reference.compute
     lock = threading.Lock()
 
-    def counted(task, case):
+    def counted(task, case, device="cpu"):
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
         time.sleep(0.1)
         with lock:
             running[0] -= 1
-        return real(task, case)
+        return real(task, case, device)
     monkeypatch.setattr(reference, "compute", counted)
     cache = ReferenceCache()
     threads = [threading.Thread(target=cache.get, args=(builtin["softmax"], {**CASE, "seed": s})) for s in range(4)]
@@ -50,3 +50,17 @@ def test_different_cases_are_computed_one_at_a_time(builtin, monkeypatch):
     for t in threads:
         t.join()
     assert peak[0] == 1 and len(cache._items) == 4
+
+
+def test_a_reference_the_device_cannot_compute_is_computed_on_the_cpu(builtin):
+    # "meta" tensors hold no data, so nothing can be copied back from them: the path a reference
+    # takes when it fails on the GPU (CPU tensors of its own, out of memory)
+    task = builtin["softmax"]
+    refs, expected = ReferenceCache(device="meta").get(task, CASE)
+    cpu_refs, cpu_expected = reference.compute(task, CASE, "cpu")
+    assert refs[0].device.type == "cpu" and torch.equal(refs[0], cpu_refs[0]) and expected == cpu_expected
+
+
+def test_the_default_bound_holds_a_gpu_generation_but_not_the_whole_machine():
+    n = reference.default_bytes()
+    assert 0 < n <= 32 << 30 and ReferenceCache().max_bytes == n
