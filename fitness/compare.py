@@ -12,6 +12,17 @@ def as_list(x) -> list:
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
+def on_device(tree, device):
+    """The same tree of dicts, lists and tuples with every tensor copied to `device`."""
+    if isinstance(tree, torch.Tensor):
+        return tree.to(device)
+    if isinstance(tree, dict):
+        return {k: on_device(v, device) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(on_device(v, device) for v in tree)
+    return tree
+
+
 def dtype_name(t: torch.Tensor | torch.dtype) -> str:
     d = t.dtype if isinstance(t, torch.Tensor) else t
     return str(d).removeprefix("torch.")

@@ -70,3 +70,13 @@ def test_tree_compare_walks_every_leaf_and_matches_the_references_nans():
     assert compare_outputs([torch.tensor([float("nan")])], [torch.tensor([float("nan")])], tol)
     assert is_weak({"shape": (3, 4), "ok": True, "v": torch.tensor(1.0)})
     assert not is_weak({"out": torch.ones(2)})
+
+
+def test_on_device_copies_every_tensor_of_a_tree_and_keeps_its_shape():
+    from fitness.compare import on_device
+    a, b = torch.ones(2), torch.zeros(3)
+    tree = [{"outputs": [a, (b, 5)], "torch_elements": 7}, None]
+    moved = on_device(tree, "meta")
+    assert moved[0]["outputs"][0].device.type == "meta" and moved[0]["outputs"][1][0].device.type == "meta"
+    assert isinstance(moved[0]["outputs"][1], tuple) and moved[0]["outputs"][1][1] == 5
+    assert moved[0]["torch_elements"] == 7 and moved[1] is None and a.device.type == "cpu"
