@@ -90,7 +90,7 @@ class Timer:
         self.flush_buf = torch.empty(max(256 << 20, 4 * self.l2_bytes) // 4, dtype=torch.int32, device="cuda")
         self._peaks = None
         total = torch.cuda.get_device_properties(0).total_memory
-        self.sets = SetCache(int(os.environ.get("TE_TIMING_SET_BYTES", min(8 << 30, total // 8))))
+        self.sets = SetCache(int(os.environ.get("TE_TIMING_SET_BYTES", min(16 << 30, total // 5))))
 
     def flush(self):
         self.flush_buf.zero_()
@@ -133,9 +133,18 @@ class Timer:
         first_c, first_b = _copies(draw), _copies(draw)
         in_bytes = _nbytes(first_c)
         t_drawn = _clock()
-        # warm-up: the candidate first, so nothing of the baseline's is in the allocator yet
-        for _ in range(2):
-            out_c = fn(*first_c)
+        # warm-up (compile, autotune) on throw-away copies, the candidate first so nothing of the
+        # baseline's is in the allocator yet; then one call each on identical fresh inputs is
+        # compared: an in-place kernel (rotary, an accumulating output) must not be compared
+        # after two applications against one, nor after its autotuner's trial runs
+        warm = _copies(draw)
+        fn(*warm)
+        _sync()
+        warm = _copies(draw)
+        base_fn(*warm)
+        _sync()
+        del warm
+        out_c = fn(*first_c)
         _sync()
         out_b = base_fn(*first_b)
         _sync()
@@ -163,10 +172,7 @@ class Timer:
                 raise CandidateError("CUDA graph capture recorded no launch of the candidate's kernels")
             run_b, outs_b = _capture(base_fn, sets_b)
             # give every set the spare draw's contents, replay, and check: a captured result fails
-            for s in sets_c + sets_b:
-                for dst, src in zip(s, spare):
-                    if isinstance(dst, torch.Tensor):
-                        dst.copy_(src)
+            _fill(sets_c + sets_b, spare)
             run_c()
             _sync()
             run_b()
@@ -178,6 +184,9 @@ class Timer:
         except Exception:  # noqa: BLE001 - not capturable: time eagerly, both sides alike
             _sync()
             method = "eager"
+            # the capture may have called one side's kernel on its sets and not the other's:
+            # fresh contents for all, so an in-place kernel is compared after equal calls
+            _fill(sets_c + sets_b, draw)
             outs_c, outs_b = [], []
             run_c, run_b = _eager(fn, sets_c, outs_c), _eager(base_fn, sets_b, outs_b)
         t_captured = _clock()
@@ -217,6 +226,13 @@ class Timer:
                              "warm_up": _ms(t_drawn, t_warm), "calibrate": _ms(t_warm, t_calibrated),
                              "capture": _ms(t_prepared, t_captured),
                              "trials": _ms(t_captured, _clock())}}
+
+
+def _fill(sets, contents):
+    for s in sets:
+        for dst, src in zip(s, contents):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
 
 
 def _ms(t0, t1) -> float:

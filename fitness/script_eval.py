@@ -15,8 +15,12 @@ from fitness.compare import compare_tree, count_elements, is_weak
 from fitness.pool import Cancelled, WorkerFailure
 from suites.script import GIVEN
 
-MAX_TIMED = 6  # benchmark inputs timed per candidate (spread over the suite's list, largest included)
+MAX_TIMED = 6  # benchmark inputs timed per candidate (spread over the suite's list, largest usable included)
 HELDOUT_PERF = 2
+# benchmark inputs above this are not timed: a suite's largest (3 GiB of fp16 made by torch.rand on
+# the host, say) took 35 s to draw, and the timing worker's GPU cache could not hold those of a
+# dozen tasks, so every candidate drew them again (seen on the H100: 8 s of timing per candidate)
+MAX_TIMED_BYTES = 256 << 20
 HELDOUT_SEED = 100
 TORCH_WORK_SLACK = 0.01  # share of the outputs a candidate may compute in torch beyond the reference
 
@@ -36,6 +40,13 @@ def spread(n: int, k: int) -> tuple[int, ...]:
     if n <= k:
         return tuple(range(n))
     return tuple(sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})) if k > 1 else (n - 1,)
+
+
+def timing_inputs(sizes: list[int], max_bytes: int = MAX_TIMED_BYTES) -> list[int]:
+    """Indices of the benchmark inputs of at most `max_bytes` (unknown sizes count as small);
+    the smallest one when none is."""
+    small = [i for i, b in enumerate(sizes) if b <= max_bytes]
+    return small or ([min(range(len(sizes)), key=sizes.__getitem__)] if sizes else [])
 
 
 def key(case: dict) -> tuple:
@@ -90,8 +101,9 @@ class ScriptReferences:
             return ScriptReference(error=f"the suite's benchmark inputs fail here: {reply['perf_error']}")
         if not self.interpret:
             ref.perf_count = reply.get("perf_count", 0)
-            ref.timed = spread(ref.perf_count, MAX_TIMED)
-            rest = [i for i in range(ref.perf_count) if i not in ref.timed]
+            usable = timing_inputs(reply.get("perf_bytes") or [0] * ref.perf_count)
+            ref.timed = tuple(usable[j] for j in spread(len(usable), MAX_TIMED))
+            rest = [i for i in usable if i not in ref.timed]
             ref.heldout_perf = tuple(rest[j] for j in spread(len(rest), HELDOUT_PERF))
         elif ref.weak:
             ref.timed = (0,)  # the interpreter: the first (usually smallest) input only

@@ -193,6 +193,7 @@ class Worker:
         if "error" not in reply and req.get("count"):
             try:
                 reply["perf_count"] = runner.perf_count
+                reply["perf_bytes"] = runner.perf_bytes()
             except BaseException as e:  # noqa: BLE001
                 reply["perf_error"] = _trim_trace(e)
         return reply

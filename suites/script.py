@@ -189,6 +189,10 @@ class ScriptRunner:
     def perf_args(self, index: int, seed: int) -> tuple:
         raise NotImplementedError
 
+    def perf_bytes(self) -> list[int]:
+        """Bytes of each timing input's tensors (0: not known without drawing it)."""
+        return [0] * self.perf_count
+
     def bind(self, module, entry: str):
         """fn(*perf_args) -> output tree, calling `module`'s implementation."""
         raise NotImplementedError

@@ -24,6 +24,7 @@ from suites.script import (
     guess_category,
     seed_all,
     split_kernel_file,
+    tensors_of,
     write_temp,
 )
 from suites.task import ShapeSet, Task
@@ -149,6 +150,9 @@ class TritonBenchRunner(ScriptRunner):
     @property
     def perf_count(self) -> int:
         return len(self.layout())
+
+    def perf_bytes(self) -> list[int]:
+        return [sum(t.numel() * t.element_size() for t in tensors_of(item)) for item, _ in self.layout()]
 
     def perf_args(self, index: int, seed: int) -> tuple:
         item = self.item(index, seed)

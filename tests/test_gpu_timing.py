@@ -81,14 +81,14 @@ def softmax(x):  # softmax of a zeroed input is 1/N: right only if the baseline 
 '''
 
 
-def test_a_candidate_that_zeroes_its_inputs_cannot_zero_the_baselines(builtin, monkeypatch, tmp_path):
-    """The timing logic on CPU (events, sync and graphs stood in for; graph capture fails, so the
-    eager path): the baseline runs on copies of its own, so it still computes the true softmax."""
-    import importlib.util
+@pytest.fixture
+def cpu_timer(monkeypatch):
+    """The timing logic on CPU: events, sync and graphs stood in for; graph capture fails, so the
+    eager path."""
     import time
 
     import fitness.gpu_timing as gt
-    from fitness.harness import CandidateError, to_device
+    from fitness.harness import to_device
 
     class Event:
         def __init__(self, enable_timing=True):
@@ -108,16 +108,41 @@ def test_a_candidate_that_zeroes_its_inputs_cannot_zero_the_baselines(builtin, m
         monkeypatch.setattr(gt, name, value)
     timer = object.__new__(gt.Timer)
     timer.l2_bytes, timer.flush_buf, timer.sets = 1 << 16, torch.zeros(16), gt.SetCache(1 << 30, "cpu")
+    return timer
+
+
+NO_HOOK = type("Hook", (), {"launches": lambda self, m: 0})()
+CASE = {"shape": {"M": 64, "N": 256}, "dtype": "float32", "seed": 7}
+
+
+def test_a_candidate_that_zeroes_its_inputs_cannot_zero_the_baselines(builtin, cpu_timer, tmp_path):
+    """The baseline runs on copies of its own, so it still computes the true softmax."""
+    import importlib.util
+
+    from fitness.harness import CandidateError
+
     path = tmp_path / "zeroing.py"
     path.write_text(ZEROING)
     spec = importlib.util.spec_from_file_location("zeroing_candidate", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     task = builtin["softmax"]
-    hook = type("Hook", (), {"launches": lambda self, m: 0})()
     with pytest.raises(CandidateError, match="candidate and baseline disagree"):
-        timer.time_case(task, module.softmax, task.reference, "zeroing_candidate", hook, lambda: None,
-                        {"shape": {"M": 64, "N": 256}, "dtype": "float32", "seed": 7}, 5)
+        cpu_timer.time_case(task, module.softmax, task.reference, "zeroing_candidate", NO_HOOK, lambda: None, CASE, 5)
+
+
+def test_an_in_place_kernel_is_compared_after_as_many_calls_as_its_baseline(builtin, cpu_timer):
+    """A suite's in-place kernel (rotary embedding, an output it accumulates into) returns its
+    inputs: compared after two calls against one, the same kernel disagreed with itself (seen on
+    the H100 with TritonBench's rotary_emb and triton_attention)."""
+    import dataclasses
+
+    task = dataclasses.replace(builtin["softmax"], script=object())  # a script task: results may be inputs
+
+    def in_place(x):
+        return x.mul_(3.0).add_(1.0)
+    row = cpu_timer.time_case(task, in_place, in_place, "in_place", NO_HOOK, lambda: None, CASE, 5)
+    assert row["method"] == "eager" and row["candidate_ms"] > 0
 
 
 def test_a_kernel_the_timing_worker_rejects_is_no_longer_correct(evaluator, builtin, monkeypatch):

@@ -41,6 +41,8 @@ def test_tritonbench_loads_tasks_from_the_layout(data):
     # benchmark inputs are drawn one at a time, and their cost comes from the perf file's formulas
     assert [a.shape[0] for a in t.script.perf_args(2, 0)] == [256, 256]
     assert t.cost({"perf": 3}, None) == pytest.approx((3 * 512 * 4, 2 * 512))
+    # sizes known without drawing: what decides which inputs are small enough to time
+    assert t.script.perf_bytes() == [2 * 2 ** i * 4 for i in range(6, 10)]
 
 
 def test_bad_files_cost_their_own_task_only(tmp_path):
