@@ -30,6 +30,7 @@ from archives.codehash import code_hash
 from evolve.population import Kernel, Policy, kernel_from_row
 from operators.base import Context, Exhausted, Parent, Pending, WeightedOperator, pick
 from suites.task import Task
+from suites.validation import untimeable_start
 
 START_ISLAND = -1  # the starting kernel belongs to every island
 
@@ -75,7 +76,7 @@ class TaskSearch:
         if state is None:
             islands = self._generation_zero()
             if islands is None:
-                return self._finish(self._halt_reason())
+                return self._finish(self._should_stop() if self.invalid else self._halt_reason())
             self.archive.save_generation(self.run_id, self.task.name, 0, [[k.id for k in p] for p in islands])
             done = 0
         else:
@@ -134,6 +135,15 @@ class TaskSearch:
         if not self._evaluate_pending(starts):
             return None
         start = kernel_from_row(self.archive.candidate(starts[0]["id"]))
+        if not self.invalid:
+            # every child descends from the start, and on a script task it is the baseline's own
+            # code: what the timing worker cannot time (a fault on the suite's benchmark inputs, a
+            # result that differs from itself) no child can be judged on, and each try may crash
+            # the timing worker, whose restart loses its caches (seen on the H100: TritonBench's
+            # token_softmax_llama and triton_attention cut the run's timing throughput by half)
+            self.invalid = untimeable_start(start.error)
+        if self.invalid:
+            return None
         seeds = [[start.copy()] for _ in range(self.config.islands)]
         mutants = self._evaluate_generation(0, seeds, mutations_only=True)
         if mutants is None or self.waiting:
@@ -312,3 +322,4 @@ class TaskSearch:
     def _event(self, gen: int, islands: list[list[Kernel]]):
         self.on_event({"task": self.task.name, "generation": gen, "of": self.config.generations, "best": self.best,
                        "correct": sum(k.correct for pop in islands for k in pop)})
+

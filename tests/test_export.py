@@ -1,6 +1,11 @@
 """evolve/export.py: the winner per task, and its second timing at export."""
+import threading
+
+from archives.archive import Archive
 from evolve.export import export
-from tests.test_task_search import search
+from evolve.task_search import SearchConfig, TaskSearch
+from operators.registry import knob_operators
+from tests.test_task_search import Untimeable, search
 
 
 def _searched(tmp_path, builtin):
@@ -44,3 +49,14 @@ def test_an_earlier_runs_file_for_a_task_without_a_kernel_now_is_removed(tmp_pat
     assert [e["status"] for e in summary["tasks"]] == ["exported", "not started", "not started"]
     assert not (out / "layernorm.py").exists() and (out / "notes.py").exists()
     assert (out / "softmax.py").read_text().startswith("# triton-evolve export: suite builtin, task softmax")
+
+
+def test_the_summary_says_why_a_task_has_no_kernel_when_its_start_cannot_be_timed(tmp_path, builtin):
+    archive = Archive(tmp_path / "a.db")
+    run_id = archive.new_run("builtin", {})
+    TaskSearch(builtin["softmax"], archive, run_id, Untimeable().submit, knob_operators(),
+               SearchConfig(islands=2, population=3, generations=2), threading.Event()).run()
+    e = export(archive, run_id, "builtin", ["softmax"], tmp_path / "out")["tasks"][0]
+    assert e["status"] == "no correct kernel" and e["note"] == (
+        "its starting kernel cannot be timed here: timing: torch.AcceleratorError: CUDA error: "
+        "an illegal memory access was encountered")

@@ -147,7 +147,7 @@ def test_budget_and_target_stop_a_task(tmp_path, builtin):
     assert ts.run() == "target reached"
 
 
-def test_a_task_whose_reference_fails_here_stops_after_generation_zero(tmp_path, builtin):
+def test_a_task_whose_reference_fails_here_stops_after_its_starting_kernel(tmp_path, builtin):
     class Invalid(FakeEvaluator):
         def submit(self, task, source):
             self.sources.append(source)
@@ -162,4 +162,42 @@ def test_a_task_whose_reference_fails_here_stops_after_generation_zero(tmp_path,
     ts = TaskSearch(builtin["softmax"], archive, run_id, ev.submit, knob_operators(),
                     SearchConfig(islands=2, population=3, generations=5), threading.Event())
     assert ts.run() == "invalid here: the suite's reference fails here: ptxas error"
-    assert archive.last_generation(run_id, "softmax")[0] == 0 and len(ev.sources) <= 2 * 3
+    assert archive.last_generation(run_id, "softmax") is None and len(ev.sources) == 1
+
+
+FAULT = ("timing: Traceback (most recent call last):\n  File \"gpu_timing.py\", line 150, in time_case\n"
+         "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n")
+
+
+class Untimeable(FakeEvaluator):
+    """Every kernel passes correctness and then fails in the timing worker with `reason`."""
+
+    def __init__(self, reason=FAULT):
+        super().__init__()
+        self.reason = reason
+
+    def submit(self, task, source):
+        self.sources.append(source)
+        f = Future()
+        f.set_result(Verdict(task.name, stage="correct", reason=self.reason))
+        return f
+
+
+def test_a_task_whose_starting_kernel_cannot_be_timed_stops_before_any_child(tmp_path, builtin):
+    """Every child descends from the start (on a script task it is the baseline's own code): a
+    start the timing worker faults on stops the task at once, saying why, and a resume agrees."""
+    archive = Archive(tmp_path / "a.db")
+    run_id = archive.new_run("builtin", {})
+    for attempt in range(2):  # the second: a resume finds the start evaluated and stops alike
+        ev = Untimeable()
+        ts = TaskSearch(builtin["softmax"], archive, run_id, ev.submit, knob_operators(),
+                        SearchConfig(islands=2, population=3, generations=5), threading.Event())
+        assert ts.run() == ("invalid here: its starting kernel cannot be timed here: "
+                            "timing: torch.AcceleratorError: CUDA error: an illegal memory access was encountered")
+        assert len(ev.sources) == (1 if attempt == 0 else 0)
+    # running out of GPU memory can be another process's doing: not a reason to give up the task
+    archive = Archive(tmp_path / "b.db")
+    ev = Untimeable("timing: torch.OutOfMemoryError: CUDA out of memory")
+    ts = TaskSearch(builtin["softmax"], archive, archive.new_run("builtin", {}), ev.submit, knob_operators(),
+                    SearchConfig(islands=2, population=3, generations=1), threading.Event())
+    assert ts.run() == "done" and len(ev.sources) > 1
