@@ -153,6 +153,21 @@ def llm_summary(data: ReportData) -> dict:
             "models": sorted({c.get("model") or "?" for c in calls})}
 
 
+def session_summary(data: ReportData) -> list[dict]:
+    """Each searching command's throughput and the share of its wall time the workers were busy
+    (timing: the one GPU timing worker; correctness: all correctness workers together)."""
+    out = []
+    for s in data.sessions:
+        wall = max(s.get("wall_s") or 0.0, 1e-9)
+        timing = s.get("timing_busy_s")
+        out.append({"id": s["id"], "started": s.get("started"), "wall_s": s.get("wall_s"),
+                    "evaluations": s.get("evaluations"), "per_min": 60 * (s.get("evaluations") or 0) / wall,
+                    "timing_busy": None if timing is None else timing / wall,
+                    "correctness_busy": (s.get("correctness_busy_s") or 0.0) / (wall * max(s.get("workers") or 1, 1)),
+                    "workers": s.get("workers"), "status": s.get("status")})
+    return out
+
+
 def cost_curve(data: ReportData, counted: list[str]) -> list[dict]:
     """Cumulative LLM tokens against the geometric-mean best speedup reached by then, one point
     per evaluation in time order (an unsolved task counts 1.0, as in the suite figure)."""
@@ -196,6 +211,7 @@ def analyze(data: ReportData) -> dict:
         "read_at": data.read_at, "tasks_source": data.tasks_source, "islands": islands,
         "devices": sorted({r["device"] for rows in data.rows.values() for r in rows if r.get("device")}),
         "timed": any(t["speedup"] is not None for t in counted.values()),
+        "sessions": session_summary(data),
         "tasks": list(tasks.values()),
         "invalid": [{"task": n, "reason": why} for n, why in sorted(data.invalid.items())],
         "suite": group_summary(list(counted.values())),

@@ -8,6 +8,9 @@ Tables (users and tests query these names):
   evaluations(id, candidate_id, stage, correct, heldout_correct, passed, speedup, error, times,
               device, flags, verdict)
   populations(run_id, task, island, generation, members)   an island after a finished generation
+  sessions(id, run_id, started, wall_s, evaluations, workers, correctness_busy_s, timing_busy_s,
+           status)   one row per command that searched (a run resumed three times has three):
+           its throughput, and how busy the correctness workers and the GPU timing worker were
   llm_calls(id, run_id, candidate_id, task, operator, island, generation, model, request_hash,
             messages, response, prompt_tokens, completion_tokens, cost_usd, latency_s, attempts,
             error, parse_error, source)   one row per LLM call actually made (or answer imported
@@ -112,6 +115,11 @@ class Archive:
                                       "members": str, "created": float},
                                      pk=("run_id", "task", "island", "generation"), if_not_exists=True)
             db["llm_calls"].create(LLM_COLUMNS, pk="id", if_not_exists=True)
+            # added without a schema change: older archives get it, empty, when next opened
+            db["sessions"].create({"id": int, "run_id": int, "started": float, "wall_s": float,
+                                   "evaluations": int, "workers": int, "correctness_busy_s": float,
+                                   "timing_busy_s": float, "status": str},
+                                  pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
             # archives made before the LLM operators have the reserved table, empty, without these
             missing = {k: v for k, v in LLM_COLUMNS.items() if k not in db["llm_calls"].columns_dict}
             for name, kind in missing.items():
@@ -137,6 +145,13 @@ class Archive:
     def set_status(self, run_id: int, status: str):
         with self.lock, self.db.conn:
             self.db["runs"].update(run_id, {"status": status, "updated": time.time()})
+
+    def add_session(self, run_id: int, stats: dict) -> int:
+        with self.lock, self.db.conn:
+            return self.db["sessions"].insert({"run_id": run_id, **stats}).last_pk
+
+    def sessions(self, run_id: int) -> list[dict]:
+        return list(self.db.query("select * from sessions where run_id = ? order by id", [run_id]))
 
     # -- candidates and evaluations --------------------------------------------------------
     def add_candidate(self, run_id: int, task: str, island: int, generation: int, source: str, code_hash: str,

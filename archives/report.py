@@ -37,6 +37,10 @@ RULES = [
     "Held-out generalization: share of tasks whose search pick (fastest kernel correct on the tuning shapes) "
     "is also correct on the held-out shapes never shown to the search: P(held-out correct | tuning correct).",
     "Tasks invalid on this hardware are listed and left out of every figure.",
+    "Sessions: one row per command that searched (a resumed run has several). Per minute: evaluations "
+    "recorded over the command's search wall time (export not included). GPU timing worker busy: the time "
+    "it spent serving timing requests over that wall time (a goal of 80%: the GPU is what is measured); "
+    "correctness workers busy: their summed serving time over wall time x workers.",
 ]
 
 
@@ -118,6 +122,13 @@ def tables(r: dict) -> list[tuple]:
     if r["invalid"]:
         out.append(("Invalid on this hardware (listed, not counted)", ["task", "why"],
                     [[i["task"], i["reason"]] for i in r["invalid"]]))
+    if r["sessions"]:
+        out.append(("Sessions (throughput)", ["session", "started", "wall", "evaluations", "per minute",
+                                              "GPU timing worker busy", "correctness workers busy", "ended"],
+                    [[str(s["id"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(s["started"] or 0)),
+                      f"{s['wall_s']:.0f} s", str(s["evaluations"]), f"{s['per_min']:.1f}", pct(s["timing_busy"]),
+                      f"{pct(s['correctness_busy'])} of {s['workers']}", s["status"] or "?"]
+                     for s in r["sessions"]]))
     llm = r["llm"]
     if llm["calls"]:
         out.append(("LLM calls", ["calls", "errors", "prompt tokens", "completion tokens", "latency (s)", "models"],

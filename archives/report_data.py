@@ -39,6 +39,7 @@ class ReportData:
     invalid: dict[str, str]  # task -> why it is invalid here
     llm_calls: list[dict]
     populations: dict[str, int]  # task -> last finished generation
+    sessions: list[dict] = field(default_factory=list)  # one per command that searched, oldest first
     read_at: float = field(default_factory=time.time)
 
 
@@ -185,6 +186,10 @@ def load(path: str | Path, run_id: int | None = None, invalid: dict[str, str] | 
         if "populations" in tables:
             pops = {r[0]: r[1] for r in conn.execute(
                 "select task, max(generation) from populations where run_id = ? group by task", [run["id"]])}
+        sessions = []
+        if "sessions" in tables:
+            sessions = [dict(r) for r in conn.execute("select * from sessions where run_id = ? order by id",
+                                                      [run["id"]])]
         conn.execute("commit")
     except sqlite3.DatabaseError as e:
         raise ReportError(f"cannot read the archive {path}: {e}") from None
@@ -200,4 +205,4 @@ def load(path: str | Path, run_id: int | None = None, invalid: dict[str, str] | 
     else:
         infos, source = {n: TaskInfo(n) for n in names}, "the archive (suite not loaded)"
     return ReportData(path=str(path), run=run, runs_in_archive=len(runs), rows=rows, tasks=infos,
-                      tasks_source=source, invalid=bad, llm_calls=llm, populations=pops)
+                      tasks_source=source, invalid=bad, llm_calls=llm, populations=pops, sessions=sessions)

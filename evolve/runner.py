@@ -148,7 +148,7 @@ def run_search(args, make_evaluator) -> int:
 def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
     stop = threading.Event()
     progress = Progress(len(tasks))
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), time.time()
     workers = max(1, evaluator.config.workers)
     # candidates in flight: one per correctness worker, the rest queued for the timing worker
     # or being compared, so the workers never wait for a candidate to be handed to them
@@ -204,15 +204,24 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
         evals.shutdown(wait=not interrupted, cancel_futures=True)
         wall = time.monotonic() - t0
         busy = evaluator.timer.busy_s if evaluator.timer else None
-    wall = max(wall, 1e-9)
-    line = f"{progress.evals} evaluations in {wall:.0f} s = {60 * progress.evals / wall:.1f}/min"
-    if busy is not None:
-        line += f"; GPU timing worker busy {100 * busy / wall:.0f}% of the wall time"
+    stats = {"started": started, "wall_s": round(wall, 3), "evaluations": progress.evals, "workers": workers,
+             "correctness_busy_s": round(evaluator.pool.busy_s, 3),
+             "timing_busy_s": None if busy is None else round(busy, 3),
+             "status": "interrupted" if interrupted else "stopped" if any(
+                 st == "stopped" for st in statuses.values()) else "finished"}
+    archive.add_session(run_id, stats)
+    print(session_line(stats), flush=True)
+    return interrupted, statuses
+
+
+def session_line(s: dict) -> str:
+    wall = max(s["wall_s"], 1e-9)
+    line = f"{s['evaluations']} evaluations in {wall:.0f} s = {60 * s['evaluations'] / wall:.1f}/min"
+    if s.get("timing_busy_s") is not None:
+        line += f"; GPU timing worker busy {100 * s['timing_busy_s'] / wall:.0f}% of the wall time"
     # which side bounds the throughput: near 100% here and low above means compile and
     # correctness starve the timing worker
-    line += f"; correctness workers busy {100 * evaluator.pool.busy_s / (wall * workers):.0f}%"
-    print(line, flush=True)
-    return interrupted, statuses
+    return line + f"; correctness workers busy {100 * s['correctness_busy_s'] / (wall * s['workers']):.0f}%"
 
 
 def _retimer(evaluator, tasks):

@@ -12,7 +12,7 @@ def test_tables_wal_and_schema_version(tmp_path):
     a.close()
     conn = sqlite3.connect(tmp_path / "a.db")
     tables = {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
-    assert {"meta", "runs", "candidates", "evaluations", "populations", "llm_calls"} <= tables
+    assert {"meta", "runs", "candidates", "evaluations", "populations", "llm_calls", "sessions"} <= tables
     assert conn.execute("pragma journal_mode").fetchone()[0] == "wal"
     assert dict(conn.execute("select key, value from meta"))["schema_version"] == str(SCHEMA_VERSION)
 
@@ -81,3 +81,22 @@ def test_code_hash_ignores_comments_docstrings_and_layout():
     b = "def f(x):\n\n    return (x + 1)\n"
     assert code_hash(a) == code_hash(b)
     assert code_hash(a) != code_hash("def f(x):\n    return x + 2\n")
+
+
+def test_sessions_are_kept_per_run_and_added_to_an_archive_made_before_them(tmp_path):
+    a = Archive(tmp_path / "a.db")
+    run = a.new_run("builtin", {})
+    a.close()
+    conn = sqlite3.connect(tmp_path / "a.db")
+    conn.execute("drop table sessions")  # as an archive from before the table existed
+    conn.commit()
+    conn.close()
+    a = Archive(tmp_path / "a.db")
+    stats = {"started": 1.0, "wall_s": 60.0, "evaluations": 30, "workers": 2, "correctness_busy_s": 90.0,
+             "timing_busy_s": 48.0, "status": "stopped"}
+    a.add_session(run, stats)
+    a.add_session(run, {**stats, "evaluations": 10})
+    got = a.sessions(run)
+    assert [s["evaluations"] for s in got] == [30, 10] and {**got[0], "id": None, "run_id": None} == \
+        {**stats, "id": None, "run_id": None}
+    assert a.sessions(run + 1) == []

@@ -170,6 +170,13 @@ def test_report_of_a_cpu_search(cpu_search_archive, tmp_path):
     assert "not drawn: the speedup distribution per category (no kernel was timed); LLM cost" in page
     md = (out / "summary.md").read_text()
     assert "| pass@1 | 100.0% |" in md or "| pass@1 | 50.0% |" in md
+    # the command's throughput, as the run printed it and the sessions table keeps it
+    (session,) = r["sessions"]
+    n_evals = conn.execute("select count(*) from evaluations").fetchone()[0]
+    assert session["evaluations"] == n_evals and session["timing_busy"] is None and session["status"] == "finished"
+    assert 0 < session["correctness_busy"] <= 1 and session["per_min"] == pytest.approx(
+        60 * n_evals / session["wall_s"])
+    assert "## Sessions (throughput)" in md and f"| {session['per_min']:.1f} | n/a |" in md
     assert "![Sequential scaling" in md and (out / "plots" / "scaling_generations.png").stat().st_size > 5000
 
 
