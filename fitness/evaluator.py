@@ -209,7 +209,8 @@ class Evaluator:
         for case, res in zip(cases, results):
             problem = check(case, res)
             v.cases.append({**case, "ok": not problem, "error": problem})
-        v.phases.update(worker_s=round(t1 - t0, 3), reference_compare_s=round(time.monotonic() - t1, 3))
+        v.phases.update(worker_s=round(t1 - t0, 3), reference_compare_s=round(time.monotonic() - t1, 3),
+                        worker_ms=reply.get("phase_ms") or {})
         failed = reply.get("case") or {}  # the case a worker-side error stopped at
         if reply.get("error"):
             v.cases.append({**failed, "ok": False, "error": reply["error"]})

@@ -113,6 +113,7 @@ class Worker:
 
     def _import(self, source: str, role: str = "candidate") -> tuple[object, dict | None]:
         """(module, None), or (None, the failed reply) when importing it failed or tampered."""
+        t0 = time.perf_counter()
         try:
             module = self.load(source, role)
             self._check_tamper()
@@ -121,6 +122,8 @@ class Worker:
             return None, {"stage": "parse", "error": str(e)}
         except BaseException as e:  # noqa: BLE001 - any failure to import is the candidate's
             return None, {"stage": "parse", "error": "import failed:\n" + _trim_trace(e)}
+        finally:
+            self._tick("import", t0)
 
     def _check_tamper(self):
         what = self.snapshot.changed()
@@ -136,11 +139,13 @@ class Worker:
         fn = getattr(module, task.entry, None)
         if not callable(fn):
             return {"stage": "parse", "error": f"module defines no callable {task.entry!r}"}
-        return _run_cases(req["cases"], lambda case: {"outputs": self.run_case(task, module, fn, case)})
+        return _run_cases(req["cases"], lambda case: {"outputs": self.run_case(task, module, fn, case)}, self._tick)
 
     def run_case(self, task, module, fn, case) -> list:
+        t0 = time.perf_counter()
         args = tuple(to_device(a, self.device) for a in self.inputs.get(task, case))
         saved = [storage_copy(a) if isinstance(a, torch.Tensor) else None for a in args]
+        self._tick("inputs", t0)
         threads = python_threads()
         before = self.hook.launches(module.__name__)
         meter = TorchWorkMeter(self.hook)
@@ -151,7 +156,10 @@ class Worker:
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         try:
             self._check_call(module, args, saved, outs, threads, before, meter)
-            return [o.to("cpu", copy=True) for o in outs]  # a copy: the originals get poisoned
+            t0 = time.perf_counter()
+            host = [o.to("cpu", copy=True) for o in outs]  # a copy: the originals get poisoned
+            self._tick("to_host", t0)
+            return host
         finally:
             poison(outs, args, saved)
 
@@ -189,7 +197,8 @@ class Worker:
             return failed
         if not hasattr(module, entry):
             return {"stage": "parse", "error": f"module defines no {entry!r}"}
-        reply = _run_cases(req["cases"], lambda case: self.run_script_case(task, module, entry, case, reference))
+        reply = _run_cases(req["cases"], lambda case: self.run_script_case(task, module, entry, case, reference),
+                           self._tick)
         if "error" not in reply and req.get("count"):
             try:
                 reply["perf_count"] = runner.perf_count
@@ -273,6 +282,8 @@ class Worker:
                 gc.unfreeze()  # a clean exit tears the frozen objects down as usual
                 return
             op = req.get("op")
+            self.phase_ms = {}
+            t0 = time.perf_counter()
             if op == "correctness":
                 reply = self.correctness(req)
             elif op == "script":
@@ -281,8 +292,17 @@ class Worker:
                 reply = self.timing(req)
             else:
                 reply = {"error": f"unknown op {op!r}"}
+            self._tick("handle", t0)
+            t0 = time.perf_counter()
             self._forget_candidates()
-            protocol.send(fd_out, {**reply, "nonce": req.get("nonce")})
+            self._tick("forget", t0)
+            # where a request's time went, for the verdict: what the engine waited for beyond
+            # "handle" + "forget" was the queue for a worker and the trip through the pipe
+            phases = {k: round(v, 2) for k, v in self.phase_ms.items()}
+            protocol.send(fd_out, {**reply, "nonce": req.get("nonce"), "phase_ms": phases})
+
+    def _tick(self, phase: str, t0: float):
+        self.phase_ms[phase] = self.phase_ms.get(phase, 0.0) + (time.perf_counter() - t0) * 1e3
 
     def _forget_candidates(self):
         """Drops the candidates' modules after each request (the suite's reference stays): what
@@ -316,10 +336,12 @@ class Worker:
         return "cpu (Triton interpreter)" if self.interpret else "cpu"
 
 
-def _run_cases(cases: list[dict], run) -> dict:
-    """Each case's result until one fails; the reply says which, at which stage, and why."""
+def _run_cases(cases: list[dict], run, tick=None) -> dict:
+    """Each case's result until one fails; the reply says which, at which stage, and why.
+    `tick(phase, t0)`: the first case's time (Triton compiles on the first launch) apart."""
     results = []
-    for case in cases:
+    for i, case in enumerate(cases):
+        t0 = time.perf_counter()
         try:
             results.append(run(case))
         except CandidateError as e:
@@ -328,6 +350,9 @@ def _run_cases(cases: list[dict], run) -> dict:
             stage = "parse" if _is_compile_error(e) and not results else "compile"
             return {"stage": stage, "error": _trim_trace(e), "results": results, "case": case,
                     "fatal": _is_cuda_fault(e)}
+        finally:
+            if tick:
+                tick("first_case" if i == 0 else "other_cases", t0)
     return {"stage": "call", "results": results}
 
 

@@ -306,3 +306,19 @@ def test_suite_not_loadable_here_still_reports(tmp_path):
     assert r["tasks"][0]["category"] == "unknown" and r["suite"]["speedup"]["geomean"] == pytest.approx(1.5)
     assert "Categories and difficulties unknown: suite 'tritonbench' not loadable here" in \
         (out / "summary.md").read_text()
+
+
+def test_time_breakdown_of_a_search_and_of_one_session(cpu_search_archive):
+    """bench/time_breakdown.py reads the phases the verdicts recorded."""
+    script = [sys.executable, str(Path(__file__).resolve().parent.parent / "bench" / "time_breakdown.py"),
+              "--archive", str(cpu_search_archive)]
+    whole = subprocess.run(script, capture_output=True, text=True, timeout=120)
+    assert whole.returncode == 0, whole.stderr
+    n = sqlite3.connect(f"file:{cpu_search_archive}?mode=ro", uri=True).execute(
+        "select count(*) from evaluations").fetchone()[0]
+    assert whole.stdout.startswith(f"{n} evaluations of run 1") and "\n(all)\n" in whole.stdout
+    assert "worker.first_case" in whole.stdout and "reference_compare_s" in whole.stdout
+    one = subprocess.run([*script, "--session", "1"], capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0 and one.stdout.startswith(f"{n} evaluations of run 1 in") and "session 1" in one.stdout
+    missing = subprocess.run([*script, "--session", "9"], capture_output=True, text=True, timeout=120)
+    assert missing.returncode != 0 and "has no session 9" in missing.stderr
