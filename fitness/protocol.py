@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import warnings
 
 import torch
 
@@ -30,7 +29,7 @@ def _encode(obj, blobs: list):
         span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
         flat = torch.as_strided(t, (span,), (1,), t.storage_offset()) if span else t.reshape(0)
         raw = flat.contiguous().view(torch.uint8) if span else torch.empty(0, dtype=torch.uint8)
-        blobs.append(raw.numpy().tobytes())
+        blobs.append(memoryview(raw.numpy()))  # the tensor's own bytes, written out without a copy
         return {"__tensor__": len(blobs) - 1, "dtype": str(t.dtype).removeprefix("torch."),
                 "size": list(t.shape), "stride": list(t.stride())}
     if isinstance(obj, (list, tuple)):
@@ -50,9 +49,7 @@ def _decode(obj, blobs: list, device):
             dtype = getattr(torch, obj["dtype"])
             raw = blobs[obj["__tensor__"]]
             if raw:
-                with warnings.catch_warnings():  # read-only buffer: the receiver never writes it
-                    warnings.simplefilter("ignore", UserWarning)
-                    flat = torch.frombuffer(raw, dtype=torch.uint8).view(dtype)
+                flat = torch.frombuffer(raw, dtype=torch.uint8).view(dtype)
             else:
                 flat = torch.empty(0, dtype=dtype)
             if device is not None:
@@ -86,14 +83,26 @@ def recv(fd: int, device=None, max_bytes: int = 8 << 30) -> dict:
     sizes = head.get("blobs", [])
     if not isinstance(sizes, list) or sum(int(s) for s in sizes) > max_bytes:
         raise ProtocolError("message payload too large")
-    blobs = [_read_exact(fd, int(s)) for s in sizes]
+    blobs = [_read_into(fd, int(s)) for s in sizes]
     return _decode(head["body"], blobs, device)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data).cast("B")
     while view:
         view = view[os.write(fd, view):]
+
+
+def _read_into(fd: int, n: int) -> bytearray:
+    """n bytes read straight into one buffer (a tensor's bytes: joining chunks would copy them)."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = os.readv(fd, [view[got:got + (1 << 24)]])
+        if not k:
+            raise EOFError("peer closed the channel")
+        got += k
+    return buf
 
 
 def _read_exact(fd: int, n: int) -> bytes:

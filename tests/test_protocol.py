@@ -39,3 +39,20 @@ def test_payload_limit():
     with pytest.raises(protocol.ProtocolError):
         protocol.recv(r, max_bytes=100)
     os.close(r)
+
+
+def test_a_tensor_larger_than_the_pipe_and_the_read_chunk_arrives_whole_and_writable():
+    import threading
+
+    big = torch.randn(5 << 20)  # 20 MiB: more than one 16 MiB read, far more than a pipe holds
+    r, w = os.pipe()
+    sender = threading.Thread(target=lambda: (protocol.send(w, {"out": [big, torch.empty(0)]}), os.close(w)))
+    sender.start()
+    try:
+        got = protocol.recv(r)["out"]
+    finally:
+        sender.join()
+        os.close(r)
+    assert torch.equal(got[0], big) and got[1].numel() == 0
+    got[0].add_(1)  # the receiver owns its copy: the sender's tensor is untouched
+    assert not torch.equal(got[0], big)
