@@ -130,10 +130,12 @@ class Evaluator:
         else:
             source = source.decode() if isinstance(source, bytes) else source
             v.stage = "parse"
-            if self._correctness(task, source, v, cancel) and self.gpu and timed:
+            # order: workers serve the candidates that began evaluating first, so a task's
+            # starting kernel is not overtaken by the children other tasks make meanwhile
+            if self._correctness(task, source, v, cancel, order=t0) and self.gpu and timed:
                 if cancel and cancel():
                     raise Cancelled()
-                self._timing(task, source, v, cancel)
+                self._timing(task, source, v, cancel, order=t0)
             elif v.passed and self.gpu:
                 v.timing = "not timed: asked not to (--no-time)"
             elif v.passed:
@@ -180,7 +182,7 @@ class Evaluator:
     def _task_spec(self, task: Task) -> dict:
         return {"suite": task.suite, "name": task.name, "path": self.config.suite_path}
 
-    def _correctness(self, task: Task, source: str, v: Verdict, cancel=None) -> bool:
+    def _correctness(self, task: Task, source: str, v: Verdict, cancel=None, order: float | None = None) -> bool:
         spec = self._task_spec(task)
         if task.script is not None:
             ref = self.script_refs.get(task, cancel)
@@ -198,7 +200,7 @@ class Evaluator:
             check = lambda case, res: self._check_case(task, case, res.get("outputs"))
         t0 = time.monotonic()
         try:
-            reply = self.pool.request(req, self.config.timeout_s, cancel)
+            reply = self.pool.request(req, self.config.timeout_s, cancel, order)
         except WorkerFailure as e:
             v.reason = str(e)
             v.flags.append("worker-replaced")
@@ -256,7 +258,7 @@ class Evaluator:
         return compare_outputs(outputs, refs, task.tolerance, expected=expected)
 
     # -------------------------------------------------------------------------------------
-    def _timing(self, task: Task, source: str, v: Verdict, cancel=None):
+    def _timing(self, task: Task, source: str, v: Verdict, cancel=None, order: float | None = None):
         if task.script is not None:
             shapes = tuple({"perf": i} for i in self.script_refs.get(task, cancel).timed)
             if not shapes:
@@ -273,7 +275,7 @@ class Evaluator:
             req["baseline_source"] = task.start_source
         t0 = time.monotonic()
         try:
-            reply = self.timer.request(req, self.config.timing_timeout_s, cancel)
+            reply = self.timer.request(req, self.config.timing_timeout_s, cancel, order)
         except WorkerFailure as e:
             v.reason = f"timing: {e}"
             v.flags.append("worker-replaced")

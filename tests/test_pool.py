@@ -144,3 +144,31 @@ def test_a_candidates_module_is_gone_before_the_next_request(pool):
     reply = ask(pool, probe)
     assert "still loaded" not in reply.get("error", ""), reply
     assert "no callable" in reply.get("error", "")  # it imported, then had no entry point
+
+
+def test_waiting_callers_are_served_in_order_not_as_they_happen_to_wake(pool):
+    """With the one worker busy, callers that arrive in the order 3, 1, 2 are served 1, 2, 3;
+    they wait with a cancel check, whose periodic wake-ups used to let any of them go first."""
+    import threading
+    import time
+
+    busy = threading.Thread(target=lambda: ask(pool, "import time\ntime.sleep(2)\n", timeout=20))
+    busy.start()
+    time.sleep(0.5)
+    served, lock = [], threading.Lock()
+
+    def caller(order):
+        pool.request({"op": "correctness", "source": "x = 1\n", "task": TASK, "cases": [CASE]}, 20,
+                     lambda: False, order)
+        with lock:
+            served.append(order)
+    base = time.monotonic()
+    threads = []
+    for order in (3, 1, 2):
+        threads.append(threading.Thread(target=caller, args=(base + order,)))
+        threads[-1].start()
+        time.sleep(0.3)  # each is waiting before the next arrives
+    for t in [busy, *threads]:
+        t.join()
+    assert [round(o - base) for o in served] == [1, 2, 3]
+    good(pool)
