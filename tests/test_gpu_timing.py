@@ -152,7 +152,7 @@ def test_a_kernel_the_timing_worker_rejects_is_no_longer_correct(evaluator, buil
     from fitness.verdict import Verdict
 
     class Refusing:
-        def request(self, req, timeout_s, cancel=None):
+        def request(self, req, timeout_s, cancel=None, order=None):
             return {"error": "timed (graph) call on re-drawn inputs: candidate and baseline disagree"}
     monkeypatch.setattr(evaluator, "timer", Refusing())
     task = builtin["softmax"]
