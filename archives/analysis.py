@@ -156,16 +156,11 @@ def llm_summary(data: ReportData) -> dict:
 def session_summary(data: ReportData) -> list[dict]:
     """Each searching command's throughput and the share of its wall time the workers were busy
     (timing: the one GPU timing worker; correctness: all correctness workers together)."""
-    out = []
-    for s in data.sessions:
-        wall = max(s.get("wall_s") or 0.0, 1e-9)
-        timing = s.get("timing_busy_s")
-        out.append({"id": s["id"], "started": s.get("started"), "wall_s": s.get("wall_s"),
-                    "evaluations": s.get("evaluations"), "per_min": 60 * (s.get("evaluations") or 0) / wall,
-                    "timing_busy": None if timing is None else timing / wall,
-                    "correctness_busy": (s.get("correctness_busy_s") or 0.0) / (wall * max(s.get("workers") or 1, 1)),
-                    "workers": s.get("workers"), "status": s.get("status")})
-    return out
+    return [{"id": s["id"], "started": s.get("started"), "wall_s": s.get("wall_s"), "evaluations": s.get("evaluations"),
+             "workers": s.get("workers"), "status": s.get("status"),
+             **m.session_rates(s.get("evaluations"), s.get("wall_s"), s.get("workers"), s.get("correctness_busy_s"),
+                               s.get("timing_busy_s"))}
+            for s in data.sessions]
 
 
 def cost_curve(data: ReportData, counted: list[str]) -> list[dict]:

@@ -79,8 +79,9 @@ def export(archive: Archive, run_id: int, suite: str, task_names: list[str], out
         start = next((r for r in evaluated if r["operator"] == "start"), None)
         if start is not None:
             entry["start_speedup"] = start["speedup"]
-            if best is None and untimeable_start(start.get("error") or ""):
-                entry["note"] = untimeable_start(start["error"])
+            why = untimeable_start(start.get("error") or "") if best is None else ""
+            if why:
+                entry["note"] = why
         path = out / f"{name}.py"
         if best is None and path.exists() and path.read_text(errors="replace").startswith(HEADER):
             path.unlink()  # an earlier run's export: this run has no kernel to stand behind it

@@ -14,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from archives.archive import Archive
+from archives.metrics import session_rates
 from evolve.export import export
 from evolve.llm_setup import LLMRun, llm_config, llm_run, temperatures
 from evolve.progress import Progress
@@ -135,10 +136,7 @@ def run_search(args, make_evaluator) -> int:
                 print(f"waiting for LLM answers: wrote {n} request(s) to {path} (OpenAI Batch API input format); "
                       f"send them with `python run.py llm-batch {path.parent}` (or any Batch API runner that "
                       f"writes its output .jsonl into {path.parent}), then run this command again", flush=True)
-        # "stopped": the time limit ended it with tasks unfinished (resumable, like "interrupted")
-        stopped = any(st == "stopped" for st in statuses.values())
-        archive.set_status(run_id, "interrupted" if interrupted else "waiting" if waiting
-                           else "stopped" if stopped else "finished")
+        archive.set_status(run_id, run_status(interrupted, statuses))
     finally:
         evaluator.close()
         archive.close()
@@ -206,22 +204,29 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
         busy = evaluator.timer.busy_s if evaluator.timer else None
     stats = {"started": started, "wall_s": round(wall, 3), "evaluations": progress.evals, "workers": workers,
              "correctness_busy_s": round(evaluator.pool.busy_s, 3),
-             "timing_busy_s": None if busy is None else round(busy, 3),
-             "status": "interrupted" if interrupted else "stopped" if any(
-                 st == "stopped" for st in statuses.values()) else "finished"}
+             "timing_busy_s": None if busy is None else round(busy, 3), "status": run_status(interrupted, statuses)}
     archive.add_session(run_id, stats)
     print(session_line(stats), flush=True)
     return interrupted, statuses
 
 
 def session_line(s: dict) -> str:
-    wall = max(s["wall_s"], 1e-9)
-    line = f"{s['evaluations']} evaluations in {wall:.0f} s = {60 * s['evaluations'] / wall:.1f}/min"
-    if s.get("timing_busy_s") is not None:
-        line += f"; GPU timing worker busy {100 * s['timing_busy_s'] / wall:.0f}% of the wall time"
+    r = session_rates(s["evaluations"], s["wall_s"], s["workers"], s["correctness_busy_s"], s["timing_busy_s"])
+    line = f"{s['evaluations']} evaluations in {s['wall_s']:.0f} s = {r['per_min']:.1f}/min"
+    if r["timing_busy"] is not None:
+        line += f"; GPU timing worker busy {100 * r['timing_busy']:.0f}% of the wall time"
     # which side bounds the throughput: near 100% here and low above means compile and
     # correctness starve the timing worker
-    return line + f"; correctness workers busy {100 * s['correctness_busy_s'] / (wall * s['workers']):.0f}%"
+    return line + f"; correctness workers busy {100 * r['correctness_busy']:.0f}%"
+
+
+def run_status(interrupted: bool, statuses: dict[str, str]) -> str:
+    """What a command's end leaves the run as; all but "finished" resume. "stopped": the time
+    limit ended it with tasks unfinished."""
+    if interrupted:
+        return "interrupted"
+    ends = set(statuses.values())
+    return "waiting" if WAITING in ends else "stopped" if "stopped" in ends else "finished"
 
 
 def _retimer(evaluator, tasks):

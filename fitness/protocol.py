@@ -76,10 +76,10 @@ def send(fd: int, msg: dict) -> None:
 
 def recv(fd: int, device=None, max_bytes: int = 8 << 30) -> dict:
     """Read one message; `max_bytes` bounds what a misbehaving peer can make us allocate."""
-    (n,) = _LEN.unpack(_read_exact(fd, _LEN.size))
+    (n,) = _LEN.unpack(_read_into(fd, _LEN.size))
     if n > MAX_HEADER:
         raise ProtocolError(f"message header of {n} bytes")
-    head = json.loads(_read_exact(fd, n))
+    head = json.loads(_read_into(fd, n))
     sizes = head.get("blobs", [])
     if not isinstance(sizes, list) or sum(int(s) for s in sizes) > max_bytes:
         raise ProtocolError("message payload too large")
@@ -94,7 +94,7 @@ def _write_all(fd: int, data) -> None:
 
 
 def _read_into(fd: int, n: int) -> bytearray:
-    """n bytes read straight into one buffer (a tensor's bytes: joining chunks would copy them)."""
+    """n bytes read straight into one buffer (for a tensor's bytes, joining chunks would copy them)."""
     buf = bytearray(n)
     view, got = memoryview(buf), 0
     while got < n:
@@ -103,14 +103,3 @@ def _read_into(fd: int, n: int) -> bytearray:
             raise EOFError("peer closed the channel")
         got += k
     return buf
-
-
-def _read_exact(fd: int, n: int) -> bytes:
-    chunks, got = [], 0
-    while got < n:
-        chunk = os.read(fd, min(n - got, 1 << 24))
-        if not chunk:
-            raise EOFError("peer closed the channel")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)

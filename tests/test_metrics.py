@@ -132,3 +132,11 @@ def test_group_summary_means_pass_at_k_over_tasks_without_carrying_sums():
     assert g["exec_accuracy"] == pytest.approx((1 / 4 + 0) / 2)
     assert g["exec_accuracy_pooled"] == pytest.approx(1 / 6)
     assert g["call_accuracy"] == pytest.approx((1 / 4 + 1 / 2) / 2)
+
+
+def test_session_rates_by_hand():
+    from archives.metrics import session_rates
+
+    r = session_rates(evaluations=30, wall_s=60.0, workers=2, correctness_busy_s=90.0, timing_busy_s=48.0)
+    assert r == {"per_min": 30.0, "timing_busy": 0.8, "correctness_busy": 0.75}
+    assert session_rates(5, 0.0, 0, 0.0, None)["timing_busy"] is None  # no GPU; no division by zero
