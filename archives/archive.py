@@ -41,6 +41,10 @@ LLM_COLUMNS = {"id": int, "run_id": int, "candidate_id": int, "task": str, "oper
                "created": float}
 
 
+SESSION_COLUMNS = {"id": int, "run_id": int, "started": float, "wall_s": float, "evaluations": int, "workers": int,
+                   "correctness_busy_s": float, "timing_busy_s": float, "status": str}
+
+
 class ArchiveError(Exception):
     """The archive cannot be used as asked; the message is meant for the user."""
 
@@ -85,7 +89,7 @@ class Archive:
             conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
             self.db = sqlite_utils.Database(conn)
             self.db.enable_wal()
-            self._create()
+            self._create(new="runs" not in self.db.table_names())
         except (OSError, sqlite3.Error) as e:
             raise ArchiveError(f"cannot write the archive at {self.path}: {e}") from None
         self.lock = threading.RLock()
@@ -93,7 +97,7 @@ class Archive:
     def close(self):
         self.db.conn.close()
 
-    def _create(self):
+    def _create(self, new: bool):
         db = self.db
         with db.conn:
             db["meta"].insert_all([{"key": "tool", "value": TOOL},
@@ -115,11 +119,8 @@ class Archive:
                                       "members": str, "created": float},
                                      pk=("run_id", "task", "island", "generation"), if_not_exists=True)
             db["llm_calls"].create(LLM_COLUMNS, pk="id", if_not_exists=True)
-            # added without a schema change: older archives get it, empty, when next opened
-            db["sessions"].create({"id": int, "run_id": int, "started": float, "wall_s": float,
-                                   "evaluations": int, "workers": int, "correctness_busy_s": float,
-                                   "timing_busy_s": float, "status": str},
-                                  pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
+            if new:
+                self._ensure_sessions()
             # archives made before the LLM operators have the reserved table, empty, without these
             missing = {k: v for k, v in LLM_COLUMNS.items() if k not in db["llm_calls"].columns_dict}
             for name, kind in missing.items():
@@ -146,11 +147,20 @@ class Archive:
         with self.lock, self.db.conn:
             self.db["runs"].update(run_id, {"status": status, "updated": time.time()})
 
+    def _ensure_sessions(self):
+        # added without a schema change: an archive from before it gets it with its first
+        # session, not on opening (a refused command leaves an existing archive as it was)
+        self.db["sessions"].create(SESSION_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
+                                   if_not_exists=True)
+
     def add_session(self, run_id: int, stats: dict) -> int:
         with self.lock, self.db.conn:
+            self._ensure_sessions()
             return self.db["sessions"].insert({"run_id": run_id, **stats}).last_pk
 
     def sessions(self, run_id: int) -> list[dict]:
+        if not self.db["sessions"].exists():
+            return []
         return list(self.db.query("select * from sessions where run_id = ? order by id", [run_id]))
 
     # -- candidates and evaluations --------------------------------------------------------

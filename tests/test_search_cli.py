@@ -5,6 +5,7 @@ left as it was."""
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -133,6 +134,18 @@ def test_conflicting_config_and_foreign_archive_are_refused(finished, tmp_path):
     p = subprocess.run([*search_cmd(tmp), "--baseline", "start"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--baseline reference" in p.stderr, p.stderr  # speedups would not compare
     assert rows(tmp) == before
+    # an archive from before the sessions table: a refused command leaves even its bytes as they were
+    old = tmp_path / "old.db"
+    shutil.copy(tmp / "a.db", old)
+    conn = sqlite3.connect(old)
+    conn.execute("drop table sessions")
+    conn.commit()
+    conn.close()
+    old_bytes = old.read_bytes()
+    cmd = [*search_cmd(tmp), "--seed", "5"]
+    cmd[cmd.index("--archive") + 1] = str(old)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--seed 0" in p.stderr and old.read_bytes() == old_bytes, p.stderr
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"\x00\x01 not sqlite")
     cmd = search_cmd(tmp)
