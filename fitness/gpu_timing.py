@@ -22,7 +22,7 @@ import time
 import torch
 
 from fitness.compare import compare_outputs, compare_tree
-from fitness.harness import CandidateError, poison, to_device
+from fitness.harness import CandidateError, InputCache, draw_inputs, nbytes, poison, to_device
 
 # private references, taken at import (before any candidate is loaded) so patching the public
 # names cannot reach the timer
@@ -41,42 +41,21 @@ class TimingError(Exception):
     pass
 
 
-class SetCache:
+class SetCache(InputCache):
     """Per case, two input draws kept on the GPU, least recently used dropped past a byte budget:
     the case's own draw (what is timed) and a spare (what the replayed graphs are re-checked on).
     Candidates only ever see copies, so nothing they do reaches the next candidate's inputs."""
 
     def __init__(self, max_bytes: int, device: str = "cuda"):
-        self.max_bytes = max_bytes
+        super().__init__(max_bytes)
         self.device = device
-        self.items: dict = {}  # case key -> (draw, spare draw), input tuples on the device
-        self.bytes = 0
 
-    def get(self, task, case: dict) -> tuple:
-        key = task.case_key(case)
-        if key in self.items:
-            self.items[key] = self.items.pop(key)  # re-inserted last: the most recently used
-            return self.items[key]
-        draws = tuple(self._draw(task, case, case["seed"] + k * 1000) for k in (0, 1))
-        size = _set_bytes(draws)
-        while self.items and self.bytes + size > self.max_bytes:
-            self.bytes -= _set_bytes(self.items.pop(next(iter(self.items))))
-        if size <= self.max_bytes:
-            self.items[key] = draws
-            self.bytes += size
-        return draws
+    def draw(self, task, case: dict) -> tuple:
+        return tuple(tuple(to_device(a, self.device) for a in draw_inputs(task, case, case["seed"] + k * 1000))
+                     for k in (0, 1))
 
-    def _draw(self, task, case, seed) -> tuple:
-        args = task.make_inputs(case["shape"], getattr(torch, case["dtype"], None), torch.Generator().manual_seed(seed))
-        return tuple(to_device(a, self.device) for a in args)
-
-
-def _set_bytes(sets) -> int:
-    return sum(_nbytes(s) for s in sets)
-
-
-def _nbytes(args) -> int:
-    return sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))
+    def size(self, value) -> int:
+        return sum(nbytes(s) for s in value)
 
 
 def _copies(args) -> tuple:
@@ -131,7 +110,7 @@ class Timer:
         # each side gets copies of its own: what the candidate writes into its inputs (in-place
         # kernels do, a cheat could zero them) never reaches the baseline's
         first_c, first_b = _copies(draw), _copies(draw)
-        in_bytes = _nbytes(first_c)
+        in_bytes = nbytes(first_c)
         t_drawn = _clock()
         # warm-up (compile, autotune) on throw-away copies, the candidate first so nothing of the
         # baseline's is in the allocator yet; then one call each on identical fresh inputs is

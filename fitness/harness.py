@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -44,31 +45,46 @@ def to_device(a, device):
     return torch.as_strided(flat, a.shape, a.stride(), a.storage_offset())
 
 
+def nbytes(args) -> int:
+    """Storage bytes of the tensors among `args`."""
+    return sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))
+
+
+def draw_inputs(task, case: dict, seed: int) -> tuple:
+    """The case's inputs on the host, from `seed`; a dtype that is not torch's ("given"): the
+    suite's inputs come in their own dtypes."""
+    return task.make_inputs(case["shape"], getattr(torch, case["dtype"], None), torch.Generator().manual_seed(seed))
+
+
 class InputCache:
     """Task inputs by case, kept on the host: every candidate of a task gets the same inputs,
-    and generating large random tensors costs more than copying them."""
+    and generating large random tensors costs more than copying them. A worker serves every
+    task in turn, so past the byte budget the least recently used case goes first."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
-        self.items: dict = {}
+        self.items: OrderedDict = OrderedDict()
         self.bytes = 0
 
-    def get(self, task, case: dict, seed: int | None = None) -> tuple:
-        seed = case["seed"] if seed is None else seed
-        key = task.case_key(case, seed)
-        if key not in self.items:
-            # a dtype that is not torch's ("given"): the suite's inputs come in their own dtypes
-            args = task.make_inputs(case["shape"], getattr(torch, case["dtype"], None),
-                                    torch.Generator().manual_seed(seed))
-            size = sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))
-            while self.items and self.bytes + size > self.max_bytes:
-                old = self.items.pop(next(iter(self.items)))
-                self.bytes -= sum(a.untyped_storage().nbytes() for a in old if isinstance(a, torch.Tensor))
-            if size <= self.max_bytes:
-                self.items[key] = args
-                self.bytes += size
-            return args
-        return self.items[key]
+    def get(self, task, case: dict) -> tuple:
+        key = task.case_key(case)
+        if key in self.items:
+            self.items.move_to_end(key)
+            return self.items[key]
+        value = self.draw(task, case)
+        size = self.size(value)
+        while self.items and self.bytes + size > self.max_bytes:
+            self.bytes -= self.size(self.items.popitem(last=False)[1])
+        if size <= self.max_bytes:
+            self.items[key] = value
+            self.bytes += size
+        return value
+
+    def draw(self, task, case: dict):
+        return draw_inputs(task, case, case["seed"])
+
+    def size(self, value) -> int:
+        return nbytes(value)
 
 
 class LaunchHook:

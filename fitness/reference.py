@@ -22,6 +22,7 @@ from collections import OrderedDict
 import torch
 
 from fitness.compare import as_list, dtype_name
+from fitness.harness import draw_inputs
 from suites.task import Task
 
 
@@ -69,9 +70,8 @@ class ReferenceCache:
 
 
 def compute(task: Task, case: dict, device: str = "cpu"):
-    dtype = getattr(torch, case["dtype"])
-    # drawn on the CPU from the case's seed, exactly as the worker draws the candidate's inputs
-    args = task.make_inputs(case["shape"], dtype, torch.Generator().manual_seed(case["seed"]))
+    # drawn on the CPU from the case's seed by the worker's own function
+    args = draw_inputs(task, case, case["seed"])
     expected = expected_outputs(task, args)
     if device != "cpu":
         try:

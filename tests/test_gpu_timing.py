@@ -159,3 +159,16 @@ def test_a_kernel_the_timing_worker_rejects_is_no_longer_correct(evaluator, buil
     v = Verdict(task.name, stage="correct", correct=True, heldout_correct=True)
     evaluator._timing(task, task.start_source, v)
     assert not v.correct and not v.passed and "re-drawn inputs" in v.reason and v.speedup is None
+
+
+def test_input_cache_keeps_the_recently_used_case_past_its_budget(builtin):
+    """A worker serves every task in turn: the case it used last stays, the oldest unused goes."""
+    task = builtin["softmax"]
+    cases = [{"shape": {"M": 64, "N": 64}, "dtype": "float32", "seed": s} for s in (1, 2, 3)]
+    cache = InputCache(2 * 64 * 64 * 4)
+    first = cache.get(task, cases[0])
+    cache.get(task, cases[1])
+    assert cache.get(task, cases[0])[0] is first[0]  # kept, not drawn again; now the most recent
+    cache.get(task, cases[2])
+    assert list(cache.items) == [task.case_key(cases[0]), task.case_key(cases[2])]
+    assert cache.bytes == 2 * 64 * 64 * 4
