@@ -89,7 +89,11 @@ class Archive:
             conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
             self.db = sqlite_utils.Database(conn)
             self.db.enable_wal()
-            self._create(new="runs" not in self.db.table_names())
+            # an existing archive is brought up to date (tables, columns and indexes added since
+            # it was made) only by a command that was accepted: a refused one leaves its bytes
+            self._ready = False
+            if "runs" not in self.db.table_names():
+                self.prepare_to_write()
         except (OSError, sqlite3.Error) as e:
             raise ArchiveError(f"cannot write the archive at {self.path}: {e}") from None
         self.lock = threading.RLock()
@@ -97,7 +101,11 @@ class Archive:
     def close(self):
         self.db.conn.close()
 
-    def _create(self, new: bool):
+    def prepare_to_write(self):
+        """Creates what this version writes to and the archive lacks; the same for a new archive
+        and for one made by an earlier version (e.g. before the LLM operators or sessions)."""
+        if self._ready:
+            return
         db = self.db
         with db.conn:
             db["meta"].insert_all([{"key": "tool", "value": TOOL},
@@ -119,8 +127,8 @@ class Archive:
                                       "members": str, "created": float},
                                      pk=("run_id", "task", "island", "generation"), if_not_exists=True)
             db["llm_calls"].create(LLM_COLUMNS, pk="id", if_not_exists=True)
-            if new:
-                self._ensure_sessions()
+            db["sessions"].create(SESSION_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
+                                  if_not_exists=True)
             # archives made before the LLM operators have the reserved table, empty, without these
             missing = {k: v for k, v in LLM_COLUMNS.items() if k not in db["llm_calls"].columns_dict}
             for name, kind in missing.items():
@@ -129,6 +137,7 @@ class Archive:
             db["candidates"].create_index(["run_id", "task", "code_hash"], if_not_exists=True)
             db["candidates"].create_index(["run_id", "task", "island", "generation"], if_not_exists=True)
             db["evaluations"].create_index(["candidate_id"], unique=True, if_not_exists=True)
+        self._ready = True
 
     # -- runs -----------------------------------------------------------------------------
     def latest_run(self) -> dict | None:
@@ -139,24 +148,21 @@ class Archive:
 
     def new_run(self, suite: str, config: dict) -> int:
         now = time.time()
-        with self.lock, self.db.conn:
-            return self.db["runs"].insert({"suite": suite, "config": json.dumps(config, sort_keys=True),
-                                           "started": now, "updated": now, "status": "running"}).last_pk
+        with self.lock:
+            self.prepare_to_write()
+            with self.db.conn:
+                return self.db["runs"].insert({"suite": suite, "config": json.dumps(config, sort_keys=True),
+                                               "started": now, "updated": now, "status": "running"}).last_pk
 
     def set_status(self, run_id: int, status: str):
         with self.lock, self.db.conn:
             self.db["runs"].update(run_id, {"status": status, "updated": time.time()})
 
-    def _ensure_sessions(self):
-        # added without a schema change: an archive from before it gets it with its first
-        # session, not on opening (a refused command leaves an existing archive as it was)
-        self.db["sessions"].create(SESSION_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
-                                   if_not_exists=True)
-
     def add_session(self, run_id: int, stats: dict) -> int:
-        with self.lock, self.db.conn:
-            self._ensure_sessions()
-            return self.db["sessions"].insert({"run_id": run_id, **stats}).last_pk
+        with self.lock:
+            self.prepare_to_write()
+            with self.db.conn:
+                return self.db["sessions"].insert({"run_id": run_id, **stats}).last_pk
 
     def sessions(self, run_id: int) -> list[dict]:
         if not self.db["sessions"].exists():

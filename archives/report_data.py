@@ -178,10 +178,10 @@ def load(path: str | Path, run_id: int | None = None, invalid: dict[str, str] | 
             rows.setdefault(r["task"], []).append(_decode(r))
         tables = {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
         llm = []
-        if "llm_calls" in tables:
-            llm = [dict(r) for r in conn.execute(
-                "select id, candidate_id, task, operator, model, prompt_tokens, completion_tokens, latency_s, "
-                "error, created from llm_calls where run_id = ? order by id", [run["id"]])]
+        # all columns, whichever there are: an archive from before the LLM operators has the
+        # reserved table, empty, with fewer of them (a search adds them; a report writes nothing)
+        if "llm_calls" in tables and "run_id" in {r[1] for r in conn.execute("pragma table_info(llm_calls)")}:
+            llm = [dict(r) for r in conn.execute("select * from llm_calls where run_id = ? order by id", [run["id"]])]
         pops = {}
         if "populations" in tables:
             pops = {r[0]: r[1] for r in conn.execute(

@@ -69,6 +69,7 @@ def _run_id(archive: Archive, config: dict, fresh: bool) -> tuple[int, str]:
             raise SearchError(f"archive {archive.path} holds run {latest['id']} made with {flag} {old.get(key)}; "
                               f"this command asks for {config.get(key)}: add --fresh to start a new run in it, "
                               "or give another --archive")
+    archive.prepare_to_write()
     return latest["id"], f"resuming run {latest['id']}"
 
 

@@ -3,7 +3,7 @@ import sqlite3
 
 import pytest
 
-from archives.archive import SCHEMA_VERSION, Archive, ArchiveError
+from archives.archive import LLM_COLUMNS, SCHEMA_VERSION, Archive, ArchiveError
 from archives.codehash import code_hash
 
 
@@ -83,14 +83,38 @@ def test_code_hash_ignores_comments_docstrings_and_layout():
     assert code_hash(a) != code_hash("def f(x):\n    return x + 2\n")
 
 
-def test_sessions_are_kept_per_run_and_added_to_an_archive_made_before_them(tmp_path):
-    a = Archive(tmp_path / "a.db")
+def make_old_archive(path) -> int:
+    """An archive as an earlier version left it: no sessions table, the reserved llm_calls table
+    with few columns, an index missing."""
+    a = Archive(path)
     run = a.new_run("builtin", {})
     a.close()
-    conn = sqlite3.connect(tmp_path / "a.db")
-    conn.execute("drop table sessions")  # as an archive from before the table existed
+    conn = sqlite3.connect(path)
+    conn.execute("drop table sessions")
+    conn.execute("drop table llm_calls")
+    conn.execute("create table llm_calls (id integer primary key, run_id integer, created float)")
+    conn.execute("drop index idx_candidates_run_id_task_code_hash")
     conn.commit()
     conn.close()
+    return run
+
+
+def test_an_archive_from_an_earlier_version_is_brought_up_to_date_only_when_written(tmp_path):
+    run = make_old_archive(tmp_path / "a.db")
+    before = (tmp_path / "a.db").read_bytes()
+    a = Archive(tmp_path / "a.db")
+    assert a.latest_run()["id"] == run and a.sessions(run) == []
+    a.close()
+    assert (tmp_path / "a.db").read_bytes() == before  # opened and read: not a byte changed
+    a = Archive(tmp_path / "a.db")
+    a.prepare_to_write()
+    assert set(LLM_COLUMNS) <= set(a.db["llm_calls"].columns_dict) and a.db["sessions"].exists()
+    assert ["run_id", "task", "code_hash"] in [i.columns for i in a.db["candidates"].indexes]
+    a.close()
+
+
+def test_sessions_are_kept_per_run_and_added_to_an_archive_made_before_them(tmp_path):
+    run = make_old_archive(tmp_path / "a.db")
     a = Archive(tmp_path / "a.db")
     stats = {"started": 1.0, "wall_s": 60.0, "evaluations": 30, "workers": 2, "correctness_busy_s": 90.0,
              "timing_busy_s": 48.0, "status": "stopped"}

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from archives.archive import Archive
+from evolve.runner import _run_id
+
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [sys.executable, str(ROOT / "run.py")]
 
@@ -134,11 +137,14 @@ def test_conflicting_config_and_foreign_archive_are_refused(finished, tmp_path):
     p = subprocess.run([*search_cmd(tmp), "--baseline", "start"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--baseline reference" in p.stderr, p.stderr  # speedups would not compare
     assert rows(tmp) == before
-    # an archive from before the sessions table: a refused command leaves even its bytes as they were
+    # an archive from an earlier version (no sessions table, the reserved llm_calls table with few
+    # columns): a refused command and a report leave even its bytes as they were
     old = tmp_path / "old.db"
     shutil.copy(tmp / "a.db", old)
     conn = sqlite3.connect(old)
     conn.execute("drop table sessions")
+    conn.execute("drop table llm_calls")
+    conn.execute("create table llm_calls (id integer primary key, run_id integer, created float)")
     conn.commit()
     conn.close()
     old_bytes = old.read_bytes()
@@ -146,6 +152,15 @@ def test_conflicting_config_and_foreign_archive_are_refused(finished, tmp_path):
     cmd[cmd.index("--archive") + 1] = str(old)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--seed 0" in p.stderr and old.read_bytes() == old_bytes, p.stderr
+    p = subprocess.run([*RUN, "report", "--archive", str(old), "--out", str(tmp_path / "report")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "report of run 1" in p.stdout and old.read_bytes() == old_bytes, p.stderr
+    # an accepted command brings it up to date before it writes
+    archive = Archive(old)
+    config = json.loads(db(tmp).execute("select config from runs").fetchone()[0])
+    assert _run_id(archive, config, fresh=False) == (1, "resuming run 1")
+    assert "request_hash" in archive.db["llm_calls"].columns_dict and archive.db["sessions"].exists()
+    archive.close()
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"\x00\x01 not sqlite")
     cmd = search_cmd(tmp)
