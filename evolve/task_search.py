@@ -322,4 +322,3 @@ class TaskSearch:
     def _event(self, gen: int, islands: list[list[Kernel]]):
         self.on_event({"task": self.task.name, "generation": gen, "of": self.config.generations, "best": self.best,
                        "correct": sum(k.correct for pop in islands for k in pop)})
-

@@ -9,8 +9,8 @@ On a GPU machine they are computed on the GPU (a float64 matmul there takes mill
 the CPU seconds) and kept in host memory; a reference that cannot run on the GPU runs on the CPU.
 
 The default bound is a quarter of the machine's memory, at most 32 GiB: the builtin suite's
-GPU-sized references take about 13 GiB, and a bound below a generation's working set makes
-the tasks evict each other's references and compute them again and again (seen on the H100:
+GPU-sized references take about 9 GiB (float64, both seeds), and a bound below a generation's
+working set makes the tasks evict each other's references and compute them again and again (seen on the H100:
 with 4 GiB, comparison waited 3 s per candidate and the timing worker idled).
 """
 from __future__ import annotations

@@ -337,7 +337,7 @@ class Worker:
         return "cpu (Triton interpreter)" if self.interpret else "cpu"
 
 
-def _run_cases(cases: list[dict], run, tick=None) -> dict:
+def _run_cases(cases: list[dict], run, tick) -> dict:
     """Each case's result until one fails; the reply says which, at which stage, and why.
     `tick(phase, t0)`: the first case's time (Triton compiles on the first launch) apart."""
     results = []
@@ -352,8 +352,7 @@ def _run_cases(cases: list[dict], run, tick=None) -> dict:
             return {"stage": stage, "error": _trim_trace(e), "results": results, "case": case,
                     "fatal": _is_cuda_fault(e)}
         finally:
-            if tick:
-                tick("first_case" if i == 0 else "other_cases", t0)
+            tick("first_case" if i == 0 else "other_cases", t0)
     return {"stage": "call", "results": results}
 
 
