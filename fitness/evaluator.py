@@ -1,27 +1,85 @@
-"""The fitness cascade: gate -> compile and call -> correctness -> timing.
+"""The fitness cascade: gate -> compile and call -> correctness -> replay -> timing.
 
-The engine process never runs candidate code. It reads the source (static gate), asks a worker
-to run the candidate on inputs it can regenerate itself, compares what comes back with a float64
-reference it computes on its own, and asks the timing worker (one per GPU) for timings that it
-then floors at the roofline and aggregates.
+The trust boundary: a process that imported a candidate is the candidate's. So the engine
+never runs candidate code, and nothing a candidate's process says is evidence unless the engine
+can check it:
+- correctness: the candidate's child (a fresh fork, fitness.pool) returns outputs, which the
+  engine compares with a float64 reference it computes itself; seeds and held-out shapes are
+  drawn fresh for every evaluation, and the child learns a case only when it runs it;
+- the work: each call's trace (fitness.trace) is replayed alone in another fresh child on inputs
+  from a seed the candidate never saw; the engine compares the replay's outputs with its own
+  reference and bounds the torch work counted there;
+- timing (GPU): the replay child (which never imports the candidate) and a long-lived baseline
+  child (which only ever loads the suite's code) take turns, one trial each, on the same draws;
+  the engine checks each reported time against its own clock and the outputs of the timed
+  regions against its reference.
+The checks inside the candidate's child (launch counts, torch-work meter, tamper snapshot) stay
+as early filters with clear messages for honest mistakes; no verdict depends on them.
 """
 from __future__ import annotations
 
 import os
+import random
+import secrets
+import statistics
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 import torch
 
-from fitness.compare import compare_outputs, on_device
+from fitness.compare import compare_outputs, compare_tree, on_device
 from fitness.pool import Cancelled, WorkerFailure, WorkerPool
 from fitness.reference import ReferenceCache
 from fitness.sandbox import detect
 from fitness.script_eval import ScriptReferences
 from fitness.static_gate import allowance, check_source
+from fitness.timing import n_sets_for
+from fitness.trace import MAX_SNAPSHOT_BYTES  # noqa: F401 - re-exported for reports
 from fitness.verdict import Verdict, speedup_from_rows
 from suites.task import Task
+
+TORCH_WORK_SHARE = 0.01  # torch work (elements read or written) allowed beside the kernels, as a share of outputs
+
+
+class TimingRejected(Exception):
+    """A timing whose evidence did not check out; the message says which."""
+
+
+def _fresh_seed() -> int:
+    """A seed no candidate can predict: the engine draws one for every case of every evaluation."""
+    return secrets.randbelow(2**31 - 1)
+
+
+def _trace_key(case: dict) -> tuple:
+    """One trace per (split, shape, dtype): the last seed's call (autotuning and compiles done)."""
+    return case["split"], repr(sorted(case["shape"].items())), case["dtype"]
+
+
+def _add_phases(total: dict, more: dict | None):
+    for k, ms in (more or {}).items():
+        total[k] = round(total.get(k, 0.0) + ms, 2)
+
+
+def _ok(reply: dict, side: str) -> dict:
+    if reply.get("error"):
+        raise TimingRejected(f"{'the baseline' if side == 'b' else 'the replayed kernels'}: {reply['error']}")
+    return reply
+
+
+def _spread(times: list[float]) -> float:
+    q = statistics.quantiles(times, n=4)
+    return (q[2] - q[0]) / statistics.median(times)
+
+
+def _row(task: Task, case: dict, times: dict, method: str, n_sets: int, trials: int, cal: dict) -> dict:
+    bytes_, flops = cal["b"].get("cost") or (0.0, 0.0)
+    return {"shape": case["shape"], "dtype": case["dtype"], "candidate_ms": statistics.median(times["c"]),
+            "baseline_ms": statistics.median(times["b"]), "candidate_spread": _spread(times["c"]),
+            "baseline_spread": _spread(times["b"]), "method": method, "input_sets": n_sets, "trials": trials,
+            "bytes": bytes_, "flops": flops,
+            "phase_ms": {"warm_up": cal["c"].get("warm_ms", 0.0), "baseline_warm_up": cal["b"].get("warm_ms", 0.0)}}
 
 
 @dataclass(frozen=True)
@@ -54,12 +112,13 @@ class Evaluator:
                                  os.environ.get("TRITON_EVOLVE_CACHE")) if p)
         self.sandbox = detect(not config.sandbox, config.triton_cache, data)
         mem = int(config.mem_limit_gb * 2**30)
-        self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.recycle_every,
-                               config.triton_cache)
-        # the timing worker only sees candidates that already passed correctness elsewhere, and a
-        # restart costs its start-up and its GPU input cache: recycled ten times less often
-        self.timer = WorkerPool(1, self.sandbox, False, mem, 10 * config.recycle_every,
-                                config.triton_cache) if self.gpu else None
+        self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.triton_cache)
+        # one timing slot per GPU: its replay children and the baseline child take turns on it
+        self.timer = WorkerPool(1, self.sandbox, False, mem, config.triton_cache) if self.gpu else None
+        self.baseline = WorkerPool(1, self.sandbox, False, mem, config.triton_cache) if self.gpu else None
+        self._baseline_child = None
+        self._baseline_lock = threading.Lock()
+        self._peak_figures = None
         self.references = references or ReferenceCache(config.reference_cache_bytes,
                                                        "cuda" if self.gpu else "cpu")
         self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s, self._task_spec)
@@ -68,7 +127,9 @@ class Evaluator:
     def close(self):
         self.pool.close()
         if self.timer:
+            self._drop_baseline()
             self.timer.close()
+            self.baseline.close()
 
     def __enter__(self):
         return self
@@ -93,11 +154,9 @@ class Evaluator:
             yield from (f.result() for f in as_completed(futures))
 
     def retime(self, task: Task, source: str) -> Verdict:
-        """Times a candidate that already passed correctness (export's second measurement)."""
-        v = self._verdict(task)
-        if self.gpu:
-            self._timing(task, source, v)
-        return v
+        """A second measurement of a candidate (export's): the whole cascade again, since a
+        timing rests on traces recorded and replayed for this very evaluation."""
+        return self.evaluate(task, source) or self._verdict(task)
 
     def _reference_verdict(self, task: Task) -> Verdict:
         v = self._verdict(task)
@@ -130,12 +189,15 @@ class Evaluator:
         else:
             source = source.decode() if isinstance(source, bytes) else source
             v.stage = "parse"
-            # order: workers serve the candidates that began evaluating first, so a task's
+            # order: slots serve the candidates that began evaluating first, so a task's
             # starting kernel is not overtaken by the children other tasks make meanwhile
-            if self._correctness(task, source, v, cancel, order=t0) and self.gpu and timed:
+            traces = self._correctness(task, source, v, cancel, order=t0)
+            if traces is not None:
+                traces = self._replay(task, source, traces, v, cancel)
+            if traces is not None and self.gpu and timed:
                 if cancel and cancel():
                     raise Cancelled()
-                self._timing(task, source, v, cancel, order=t0)
+                self._timing(task, traces, v, cancel, order=t0)
             elif v.passed and self.gpu:
                 v.timing = "not timed: asked not to (--no-time)"
             elif v.passed:
@@ -143,7 +205,8 @@ class Evaluator:
                 v.flags.append("untimed-no-gpu")
         if v.passed and not v.reason:
             v.reason = (f"passed {len(v.cases)} correctness cases "
-                        f"({sum(c['split'] == 'heldout' for c in v.cases)} held-out)")
+                        f"({sum(c['split'] == 'heldout' for c in v.cases)} held-out), each call replayed alone on "
+                        f"fresh inputs")
             if v.timing.startswith("not timed"):
                 v.reason += "; " + v.timing
         v.elapsed_s = round(time.monotonic() - t0, 3)
@@ -170,19 +233,25 @@ class Evaluator:
         return self.script_refs.get(task).error if task.script is not None else ""
 
     def _cases(self, task: Task) -> list[dict]:
-        shapes = task.shape_set(self.interpret)
+        """This evaluation's cases: the tuning shapes and held-out shapes drawn for it alone,
+        each at fresh seeds (as many as the run's --seeds): nothing repeats to be cached or
+        looked up, and no list of held-out shapes exists anywhere to be read."""
+        rng = random.Random(secrets.randbits(64))
+        heldout = task.draw_heldout(rng, self.interpret)
         cases = []
-        for split, offset, group in (("tuning", 0, shapes.tuning), ("heldout", 100, shapes.heldout)):
+        for split, group in (("tuning", task.shape_set(self.interpret).tuning), ("heldout", heldout)):
             for shape in group:
                 for dt in task.dtypes:
-                    for seed in self.config.seeds:
-                        cases.append({"split": split, "shape": dict(shape), "dtype": dt, "seed": seed + offset})
+                    for _ in self.config.seeds:
+                        cases.append({"split": split, "shape": dict(shape), "dtype": dt, "seed": _fresh_seed()})
         return cases
 
     def _task_spec(self, task: Task) -> dict:
         return {"suite": task.suite, "name": task.name, "path": self.config.suite_path}
 
-    def _correctness(self, task: Task, source: str, v: Verdict, cancel=None, order: float | None = None) -> bool:
+    def _correctness(self, task: Task, source: str, v: Verdict, cancel=None, order: float | None = None):
+        """Runs the cases in a fresh child, one request each; the traces of the calls by
+        (split, shape, dtype), or None when the candidate failed."""
         spec = self._task_spec(task)
         if task.script is not None:
             ref = self.script_refs.get(task, cancel)
@@ -190,66 +259,122 @@ class Evaluator:
                 v.reason = ref.error
                 v.flags.append("invalid-here")
                 v.device = self.pool.info().get("device", "")
-                return False
+                return None
             cases = self.script_refs.cases(ref)
-            req = {"op": "script", "source": source, "task": spec, "cases": cases}
-            check = lambda case, res: self.script_refs.check(task, ref, case, res)
+            if self.gpu:  # the benchmark inputs to be timed: their calls' traces are what is timed
+                cases += [{**c, "split": "timing", "seed": _fresh_seed()} for c in self.script_refs.timing_cases(ref)]
+            check = lambda case, res: self.script_refs.check(task, ref, case, res) if case["split"] != "timing" else ""
         else:
             cases = self._cases(task)
-            req = {"op": "correctness", "source": source, "task": spec, "cases": cases}
             check = lambda case, res: self._check_case(task, case, res.get("outputs"))
         t0 = time.monotonic()
+        traces: dict = {}
+        failed, reply = None, {}
         try:
-            reply = self.pool.request(req, self.config.timeout_s, cancel, order)
+            with self.pool.child(cancel, order) as child:
+                v.device = child.info.get("device", "")
+                reply = child.request({"op": "import", "source": source, "task": spec}, self.config.timeout_s)
+                v.stage = reply.get("stage", "parse")
+                v.phases["worker_ms"] = dict(reply.get("phase_ms") or {})
+                for case in cases if not reply.get("error") else []:
+                    reply = child.request({"op": "case", "task": spec, "case": case}, self.config.timeout_s)
+                    _add_phases(v.phases["worker_ms"], reply.get("phase_ms"))
+                    if reply.get("error"):
+                        failed = case
+                        break
+                    v.stage = "call"
+                    if reply.get("trace") is not None:
+                        traces[_trace_key(case)] = (case, reply["trace"])
+                    if case["split"] == "timing":
+                        continue
+                    problem = check(case, self._for_comparison(reply))
+                    v.cases.append({**case, "ok": not problem, "error": problem})
         except WorkerFailure as e:
             v.reason = str(e)
             v.flags.append("worker-replaced")
-            return False
-        v.device = self.pool.info().get("device", "")
-        t1 = time.monotonic()
-        results = self._for_comparison(reply.get("results", []))
-        for case, res in zip(cases, results):
-            problem = check(case, res)
-            v.cases.append({**case, "ok": not problem, "error": problem})
-        v.phases.update(worker_s=round(t1 - t0, 3), reference_compare_s=round(time.monotonic() - t1, 3),
-                        worker_ms=reply.get("phase_ms") or {})
-        failed = reply.get("case") or {}  # the case a worker-side error stopped at
+            return None
+        v.phases.update(worker_s=round(time.monotonic() - t0, 3))
         if reply.get("error"):
-            v.cases.append({**failed, "ok": False, "error": reply["error"]})
-            v.reason = reply["error"] if not failed else f"{failed.get('split')} case {failed.get('shape')} " \
-                f"{failed.get('dtype')}: {reply['error']}"
+            v.cases.append({**(failed or {}), "ok": False, "error": reply["error"]})
+            v.reason = reply["error"] if not failed else \
+                f"{failed.get('split')} case {failed.get('shape')} {failed.get('dtype')}: {reply['error']}"
             if reply.get("fatal"):
                 v.flags.append("worker-replaced")
-        v.stage = reply.get("stage", "parse")
+            v.stage = reply.get("stage", "parse")
+        return traces if self._judge_cases(v, cases, failed) else None
+
+    def _judge_cases(self, v: Verdict, cases: list[dict], failed: dict | None) -> bool:
         tuning = [c for c in v.cases if c.get("split") == "tuning"]
         heldout = [c for c in v.cases if c.get("split") == "heldout"]
         n_tuning = sum(c["split"] == "tuning" for c in cases)
+        n_heldout = sum(c["split"] == "heldout" for c in cases)
         v.correct = len(tuning) == n_tuning and all(c["ok"] for c in tuning)
-        v.heldout_correct = len(heldout) == len(cases) - n_tuning and all(c["ok"] for c in heldout)
+        v.heldout_correct = len(heldout) == n_heldout and all(c["ok"] for c in heldout)
         # a kernel right on every tuning case goes on to timing even when a held-out case failed:
-        # held-out shapes decide what is exported, not what the search breeds from, and export
-        # can only name a faster kernel it passed over for failing them if that kernel was timed
-        if reply.get("error") and not (v.correct and failed.get("split") == "heldout"):
+        # held-out shapes decide what is exported, not what the search breeds from
+        if failed is not None and not (v.correct and failed.get("split") == "heldout"):
             return False
         bad = next((c for c in v.cases if not c["ok"]), None)
         if bad:
-            v.reason = f"wrong result on {bad['split']} shape {bad['shape']} {bad['dtype']} (seed {bad['seed']}): " \
-                       f"{bad['error']}"
+            if not v.reason:
+                v.reason = f"wrong result on {bad['split']} shape {bad['shape']} {bad['dtype']} " \
+                           f"(seed {bad['seed']}): {bad['error']}"
             if not v.correct:
                 return False
         v.stage = "correct"
         return True
 
-    def _for_comparison(self, results: list) -> list:
+    def _replay(self, task: Task, source: str, traces: dict, v: Verdict, cancel=None) -> dict | None:
+        """Each recorded call replayed alone, in a fresh child, on inputs from a new seed, and
+        compared with the engine's reference: the candidate's own kernels did the work, or it fails.
+        Script tasks' benchmark calls are checked in the timing instead (their reference is the suite's kernel)."""
+        items = [{"case": {**case, "seed": _fresh_seed()}, "trace": trace} for case, trace in traces.values()
+                 if task.script is None]
+        if not items:
+            return traces
+        req = {"op": "replay", "task": self._task_spec(task), "items": items,
+               "source": source if self.interpret else None}
+        t0 = time.monotonic()
+        try:
+            reply = self.pool.request(req, 2 * self.config.timeout_s, cancel)
+        except WorkerFailure as e:
+            return self._fail(v, f"replay: {e}")
+        v.phases["replay_s"] = round(time.monotonic() - t0, 3)
+        if reply.get("error"):
+            return self._fail(v, f"replay: {reply['error']}")
+        for item, res in zip(items, reply.get("results", [])):
+            case = item["case"]
+            where = f"{case['split']} shape {case['shape']} {case['dtype']}"
+            if res.get("error"):
+                return self._fail(v, f"{res['error']} ({where})")
+            produced = sum(o.numel() for o in res["outputs"])
+            if res["torch_elements"] > max(1024, TORCH_WORK_SHARE * produced):
+                ops = ", ".join(f"{k} ({n} elements)" for k, n in sorted(res["torch_ops"].items(), key=lambda kv: -kv[1]))
+                return self._fail(v, f"torch did work outside Triton kernels (counted on the replay): {ops}")
+            problem = self._check_case(task, case, self._for_comparison(res)["outputs"])
+            if problem:
+                return self._fail(v, f"replay: the recorded kernels, replayed alone on fresh inputs ({where}), "
+                                     f"gave a wrong result: {problem}; work done outside the candidate's Triton "
+                                     f"kernels (torch, numpy, Python, an answer prepared earlier) does not count")
+        return traces
+
+    @staticmethod
+    def _fail(v: Verdict, reason: str) -> None:
+        v.reason = reason
+        v.correct = v.heldout_correct = False
+        v.stage = "call"
+        return None
+
+    def _for_comparison(self, reply: dict) -> dict:
         """On a GPU machine the outputs are compared there: a dozen passes over float64 copies of
         64 MiB outputs took the engine 3 s of CPU per candidate on the H100 machine, CPU its
         correctness workers needed for compiling (on the GPU: milliseconds)."""
         if self.gpu:
             try:
-                return on_device(results, "cuda")
+                return on_device(reply, "cuda")
             except torch.cuda.OutOfMemoryError:
                 pass  # compared on the CPU instead
-        return results
+        return reply
 
     def _check_case(self, task: Task, case: dict, outputs) -> str:
         if outputs is None:
@@ -258,43 +383,100 @@ class Evaluator:
         return compare_outputs(outputs, refs, task.tolerance, expected=expected)
 
     # -------------------------------------------------------------------------------------
-    def _timing(self, task: Task, source: str, v: Verdict, cancel=None, order: float | None = None):
-        if task.script is not None:
-            shapes = tuple({"perf": i} for i in self.script_refs.get(task, cancel).timed)
-            if not shapes:
-                v.timing = "not timed: the suite gives no benchmark inputs for this task"
-                v.flags.append("untimed")
-                return
-        else:
-            shapes = task.shape_set(False).tuning
-        seed = self.config.seeds[0] + 7
-        cases = [{"shape": dict(s), "dtype": dt, "seed": seed} for s in shapes for dt in task.dtypes]
-        req = {"op": "timing", "source": source, "task": self._task_spec(task), "cases": cases,
-               "trials": self.config.trials}
-        if self.config.baseline == "start" and task.script is None:
-            req["baseline_source"] = task.start_source
+    def _timing(self, task: Task, traces: dict, v: Verdict, cancel=None, order: float | None = None):
+        split = "timing" if task.script is not None else "tuning"
+        timed = [(case, trace) for case, trace in traces.values() if case["split"] == split]
+        if not timed:
+            v.timing = "not timed: the suite gives no benchmark inputs for this task"
+            v.flags.append("untimed")
+            return
         t0 = time.monotonic()
+        rows = []
         try:
-            reply = self.timer.request(req, self.config.timing_timeout_s, cancel, order)
-        except WorkerFailure as e:
+            with self.timer.child(cancel, order) as replay:
+                for case, trace in timed:
+                    rows.append(self._time_case(task, case, trace, replay))
+        except (WorkerFailure, TimingRejected) as e:
             v.reason = f"timing: {e}"
-            v.flags.append("worker-replaced")
-            v.correct = False  # a kernel that cannot be timed (hang, crash) is no parent and no export
+            v.correct = False  # a kernel that cannot be timed (hang, crash, a failed check) is no parent
+            if isinstance(e, WorkerFailure):
+                v.flags.append("worker-replaced")
             return
-        if reply.get("error"):
-            # the timing worker's own checks (results captured into a graph, times beyond the wall
-            # clock, disagreement with the baseline on the benchmark inputs) fail the candidate
-            v.reason = f"timing: {reply['error']}"
-            v.correct = False
-            return
-        v.phases["timing_s"] = round(time.monotonic() - t0, 3)  # waiting for the timing worker included
-        v.phases["timing_setup_s"] = round(reply.get("setup_ms", 0) / 1e3, 3)
-        v.times = reply["rows"]
-        v.speedup, flags = speedup_from_rows(v.times, reply.get("peaks"), floor=task.script is None)
+        v.phases["timing_s"] = round(time.monotonic() - t0, 3)  # waiting for the timing slot included
+        v.times = rows
+        v.speedup, flags = speedup_from_rows(v.times, self._peaks, floor=task.script is None)
         v.flags += flags
         methods = sorted({r["method"] for r in v.times})
-        v.timing = (f"median of {self.config.trials} interleaved trials per shape, L2 flushed, "
-                    f"{'/'.join(methods)}; {time.monotonic() - t0:.1f} s")
+        v.timing = (f"median of {self.config.trials} trials per shape, the replayed kernels and the baseline "
+                    f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}; "
+                    f"{time.monotonic() - t0:.1f} s")
         if any(max(r["candidate_spread"], r["baseline_spread"]) > 0.1 for r in v.times):
             v.flags.append("noisy-timing")
         v.stage = "timed"
+
+    def _baseline_side(self):
+        """The long-lived baseline child: it loads only the suite's code, never a candidate's."""
+        if self._baseline_child is None or self._baseline_child.dead:
+            self._drop_baseline()
+            self._baseline_cm = self.baseline.child()
+            self._baseline_child = self._baseline_cm.__enter__()
+        return self._baseline_child
+
+    def _drop_baseline(self):
+        if self._baseline_child is not None:
+            self._baseline_cm.__exit__(None, None, None)
+            self._baseline_child = None
+
+    def _time_case(self, task: Task, case: dict, trace: dict, replay) -> dict:
+        """One shape: both sides warmed and calibrated, then trials alternating between them,
+        each bounded by the engine's clock, then the timed regions' outputs checked."""
+        timeout = self.config.timing_timeout_s
+        seeds = [_fresh_seed() for _ in range(3)]
+        spec = self._task_spec(task)
+        base_src = task.start_source if self.config.baseline == "start" and task.script is None else None
+        opening = {"op": "time_open", "task": spec, "case": {**case, "seed": seeds[0]}, "seeds": seeds}
+        with self._baseline_lock:
+            base = self._baseline_side()
+            sides = {"c": replay, "b": base}
+            cal = {"c": _ok(replay.request({**opening, "trace": trace}, timeout), "replayed kernels"),
+                   "b": _ok(base.request({**opening, "baseline_source": base_src}, timeout), "baseline")}
+            n = n_sets_for(cal["b"]["in_bytes"], max(cal["c"]["t_one_ms"], cal["b"]["t_one_ms"]),
+                           cal["b"]["l2_bytes"])
+            methods = {k: _ok(s.request({"op": "time_sets", "n_sets": n, "graph": True}, timeout), k)["method"]
+                       for k, s in sides.items()}
+            if len(set(methods.values())) > 1:  # both sides alike: eager when either cannot be captured
+                methods = {k: _ok(s.request({"op": "time_sets", "n_sets": n, "graph": False}, timeout), k)["method"]
+                           for k, s in sides.items()}
+            times = {"c": [], "b": []}
+            for i in range(self.config.trials):
+                for k in (("c", "b") if i % 2 == 0 else ("b", "c")):
+                    t = time.perf_counter()
+                    ms = float(_ok(sides[k].request({"op": "trial", "k": i}, timeout), k)["ms"])
+                    wall_ms = (time.perf_counter() - t) * 1e3
+                    if not (0 < ms * n <= wall_ms * 1.02 + 0.5):
+                        raise TimingRejected(f"a reported time ({ms * n:.3f} ms) is not inside the engine's "
+                                             f"clock for that trial ({wall_ms:.3f} ms)")
+                    times[k].append(ms)
+            picks = sorted({0, n - 1, random.randrange(n)})
+            outs = {k: _ok(s.request({"op": "time_check", "picks": picks}, timeout), k)["outputs"]
+                    for k, s in sides.items()}
+        self._check_timed_outputs(task, case, seeds[2], outs)
+        return _row(task, case, times, methods["c"], n, self.config.trials, cal)
+
+    def _check_timed_outputs(self, task: Task, case: dict, seed: int, outs: dict):
+        for oc, ob in zip(outs["c"], outs["b"]):
+            if task.script is not None:
+                problem = compare_tree(oc, ob, task.tolerance, slack=4.0, path="output")
+            else:
+                problem = self._check_case(task, {**case, "seed": seed}, self._for_comparison({"o": oc})["o"])
+            if problem:
+                raise TimingRejected(f"the timed replay, on inputs drawn after the trials, gave a wrong result: "
+                                     f"{problem}")
+
+    @property
+    def _peaks(self) -> dict | None:
+        """Measured ceilings (copy bandwidth, bf16 matmul rate), once, in the clean baseline child."""
+        if self._peak_figures is None and self.gpu:
+            with self._baseline_lock:
+                self._peak_figures = self._baseline_side().request({"op": "peaks"}, self.config.timing_timeout_s)
+        return self._peak_figures

@@ -18,16 +18,7 @@ from collections import OrderedDict
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# aten ops that allocate, fill or re-view memory: free to use around a kernel launch
-_FREE_OPS = {
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-    "new_zeros", "zero_", "fill_", "full", "full_like", "new_full", "ones", "ones_like", "new_ones",
-    "view", "_unsafe_view", "reshape", "as_strided", "expand", "squeeze", "unsqueeze", "t",
-    "transpose", "permute", "select", "slice", "alias", "detach", "split", "split_with_sizes",
-    "unbind", "narrow", "view_as", "arange", "lift_fresh", "_reshape_alias", "set_", "resize_",
-    "numel", "size", "stride", "is_contiguous", "sym_size", "sym_stride", "sym_numel",
-    "_local_scalar_dense", "record_stream", "unsqueeze_", "squeeze_", "t_", "transpose_",
-}
+from fitness.trace import FREE_OPS
 
 
 class CandidateError(Exception):
@@ -88,11 +79,13 @@ class InputCache:
 
 
 class LaunchHook:
-    """Counts launches of @triton.jit functions by the module that defined them."""
+    """Counts launches of @triton.jit functions by the module that defined them, and hands each
+    launch to the recorder of the call in progress (fitness.trace), if any."""
 
     def __init__(self):
         self.counts: dict[str, int] = {}
         self.depth = 0  # >0 while inside Triton's launch machinery (autotune, interpreter copies)
+        self.recorder = None
         self._patched = []
 
     def install(self):
@@ -101,29 +94,75 @@ class LaunchHook:
         for cls, counts in ((jit.JITFunction, True), (interpreter.InterpretedFunction, True),
                             (autotuner.Autotuner, False), (autotuner.Heuristics, False)):
             self._wrap(cls, counts)
+        self._wrap_compiled()
 
     def _wrap(self, cls, counts_launch: bool):
         original = cls.run
         hook = self
+        interpreted = cls.__name__ == "InterpretedFunction"
 
         def run(fn_self, *args, **kwargs):
-            if counts_launch and not kwargs.get("warmup", False):
+            launch = counts_launch and not kwargs.get("warmup", False)
+            if launch:
                 module = getattr(getattr(fn_self, "fn", None), "__module__", "?")
                 hook.counts[module] = hook.counts.get(module, 0) + 1
+                if interpreted and hook.recorder is not None:
+                    _record_interpreted(hook.recorder, fn_self, args, kwargs)
+            rec = hook.recorder if counts_launch else None
             hook.depth += 1
+            if rec is not None:
+                rec.in_launch += 1
             try:
                 return original(fn_self, *args, **kwargs)
             finally:
                 hook.depth -= 1
+                if rec is not None:
+                    rec.in_launch -= 1
 
         cls.run = run
         self._patched.append((cls, run))
+
+    def _wrap_compiled(self):
+        """Compiled launches are recorded where Triton calls the launcher: the kernel binary, the
+        grid and the final arguments are all known there."""
+        from triton.compiler.compiler import CompiledKernel
+
+        hook = self
+        prop = CompiledKernel.__dict__.get("run")
+        if not isinstance(prop, property):
+            return  # an older Triton: launches go unrecorded, and such traces do not replay
+
+        def run(kernel):
+            launcher = prop.fget(kernel)
+
+            def recorded(g0, g1, g2, stream, function, packed, meta, enter, exit_, *args):
+                if hook.recorder is not None:
+                    hook.recorder.launch_compiled(kernel, (g0, g1, g2), args)
+                return launcher(g0, g1, g2, stream, function, packed, meta, enter, exit_, *args)
+            return recorded
+
+        CompiledKernel.run = property(run)
 
     def intact(self) -> bool:
         return all(cls.run is run for cls, run in self._patched)
 
     def launches(self, module: str) -> int:
         return self.counts.get(module, 0)
+
+
+def _record_interpreted(recorder, fn_self, args, kwargs):
+    import inspect
+
+    fn = fn_self.fn
+    spec = inspect.getfullargspec(fn)
+    kw = {k: v for k, v in kwargs.items() if k in spec.args or k in spec.kwonlyargs}
+    grid = kwargs.get("grid")
+    try:
+        if callable(grid):
+            grid = grid(inspect.getcallargs(fn, *args, **kw))
+        recorder.launch_interpreted(fn, tuple(grid), args, kw)
+    except Exception as e:  # noqa: BLE001 - an unreadable launch: the trace says so and fails
+        recorder.problem = recorder.problem or f"a launch could not be recorded: {e}"
 
 
 class TorchWorkMeter(TorchDispatchMode):
@@ -138,12 +177,20 @@ class TorchWorkMeter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
-        if self.hook.depth == 0 and name not in _FREE_OPS:
-            n = sum(o.numel() for o in _flat(out) if isinstance(o, torch.Tensor))
+        if self.hook.depth == 0 and name not in FREE_OPS:
+            n = work_elements(args, out)
             if n:
                 self.elements += n
                 self.ops[name] = self.ops.get(name, 0) + n
         return out
+
+
+def work_elements(args, out) -> int:
+    """Elements a compute op read or wrote, whichever is more: a row reduction (logsumexp)
+    writes one element per row but reads the whole input."""
+    read = sum(a.numel() for a in _flat(args) if isinstance(a, torch.Tensor))
+    written = sum(o.numel() for o in _flat(out) if isinstance(o, torch.Tensor))
+    return max(read, written)
 
 
 def _flat(x):

@@ -1,17 +1,21 @@
-"""Long-lived worker processes, watched and replaced when a candidate breaks one.
+"""Processes that run candidates: a clean zygote per pool, and a fresh child per conversation.
 
-Importing torch takes seconds, so workers serve many candidates. Each request runs under a
-watchdog that kills the worker's whole process group on a deadline or when its resident memory
-passes the limit; a worker that crashed, hung, faulted on the GPU or served `recycle_every`
-candidates is replaced before its next request.
+A pool has `size` slots; a caller takes one (waiting in order), gets a child freshly forked from
+the pool's zygote (fitness.zygote), talks to it, and the child is killed when the slot is given
+back. Each exchange runs under a watchdog that kills the child (and, through its PID namespace,
+everything it forked) on a deadline or when its resident memory passes the limit. A zygote that
+died is started again before the next fork.
 """
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
+import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +29,7 @@ from fitness.sandbox import Sandbox, worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 180.0
+FORK_TIMEOUT_S = 60.0
 LOG_TAIL = 3000
 
 
@@ -32,57 +37,126 @@ _SPAWNER = ThreadPoolExecutor(1, thread_name_prefix="worker-spawner")  # lives a
 
 
 class WorkerFailure(Exception):
-    """The worker died or was killed while serving a request; the message says why."""
+    """The child died or was killed while serving a request; the message says why."""
 
 
 class Cancelled(Exception):
-    """The caller gave up waiting for a free worker (a run that is stopping)."""
+    """The caller gave up waiting for a free slot (a run that is stopping)."""
 
 
-class WorkerProcess:
+class Zygote:
+    """The pool's clean process; it forks children and runs nothing else."""
+
     def __init__(self, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int, triton_cache: str | None = None):
-        self.sandbox = sandbox
+        self.sandbox, self.interpret, self.mem_limit = sandbox, interpret, mem_limit_bytes
         self.triton_cache = triton_cache
-        self.interpret = interpret
-        self.mem_limit = mem_limit_bytes
         self.proc = None
-        self.served = 0
-        self.info: dict = {}
+        self.ctl = None
+        self._lock = threading.Lock()
+        self.log = None
 
-    def start(self):
-        self.info = {}  # the last worker's pid must not be signalled if this start fails
-        to_child_r, self._to_child = os.pipe()
-        self._from_child, from_child_w = os.pipe()
+    def _start(self):
+        self.close()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
-        argv = self.sandbox.wrap([sys.executable, "-m", "fitness.worker", str(to_child_r), str(from_child_w)])
+        argv = self.sandbox.wrap([sys.executable, "-m", "fitness.zygote", str(theirs.fileno())])
         env = worker_env(self.interpret, self.mem_limit, self.triton_cache)
         # started from one long-lived thread: bubblewrap's --die-with-parent is a parent-death
-        # signal, which Linux sends when the *thread* that started the child ends, so a worker
-        # (re)started from a short-lived thread was SIGKILLed when that thread finished
-        self.proc = _SPAWNER.submit(subprocess.Popen, argv, pass_fds=(to_child_r, from_child_w),
-                                    stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                    env=env, start_new_session=True).result()
-        os.close(to_child_r)
-        os.close(from_child_w)
-        self.info = self._exchange(None, STARTUP_TIMEOUT_S, "starting")
-        self.served = 0
+        # signal, which Linux sends when the *thread* that started the child ends
+        self.proc = _SPAWNER.submit(subprocess.Popen, argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                    stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
+                                    start_new_session=True).result()
+        theirs.close()
+        self.ctl = ours
+        self.ctl.settimeout(STARTUP_TIMEOUT_S)
+        try:
+            hello = json.loads(self.ctl.recv(1 << 16) or b"{}")
+        except (OSError, ValueError) as e:
+            hello = {"error": str(e)}
+        if hello.get("op") != "ready":
+            note = _tail(self.log)
+            self.close()
+            raise WorkerFailure(f"the zygote did not start ({hello.get('error', 'it exited')}); last output:\n{note}")
 
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def fork(self) -> ChildProcess:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        log = tempfile.TemporaryFile()
+        try:
+            with self._lock:
+                if self.proc is None or self.proc.poll() is not None:
+                    self._start()
+                self.ctl.settimeout(FORK_TIMEOUT_S)
+                try:
+                    socket.send_fds(self.ctl, [b"fork"], [b.fileno(), log.fileno()])
+                    reply = json.loads(self.ctl.recv(1 << 16) or b"{}")
+                except (OSError, ValueError) as e:
+                    self.close()
+                    raise WorkerFailure(f"the zygote stopped answering ({e}); it is started again") from None
+            if "pid" not in reply:
+                raise WorkerFailure(f"the zygote refused a fork: {reply}")
+        finally:
+            b.close()
+        child = ChildProcess(a, log, int(reply["pid"]), self.mem_limit)
+        child.hello()
+        return child
+
+    def close(self):
+        if self.ctl is not None:
+            self.ctl.close()
+            self.ctl = None
+        if self.proc is not None:
+            _kill_group(self.proc.pid)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.proc = None
+
+
+def _kill_group(pid: int):
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+
+def _tail(log) -> str:
+    try:
+        log.seek(0, os.SEEK_END)
+        size = log.tell()
+        log.seek(max(0, size - LOG_TAIL))
+        return log.read().decode(errors="replace").strip()
+    except (OSError, ValueError):
+        return ""
+
+
+class ChildProcess:
+    """One forked child and its conversation with the engine."""
+
+    def __init__(self, conn: socket.socket, log, pid: int, mem_limit: int):
+        self.conn, self.log, self.pids, self.mem_limit = conn, log, [pid], mem_limit
+        self.info: dict = {}
+        self.dead = False
+
+    def hello(self):
+        self.info = self._exchange(None, STARTUP_TIMEOUT_S, "starting")
+        if isinstance(self.info.get("pid"), int):
+            self.pids.append(self.info["pid"])
 
     def request(self, msg: dict, timeout_s: float) -> dict:
-        if not self.alive:
-            self.start()
-        self.served += 1
+        if self.dead:
+            raise WorkerFailure("the child was already killed")
         # a fresh nonce per request, echoed in the reply: a frame the candidate wrote into the
-        # channel itself (a forged or extra reply) cannot pass for the worker's answer
+        # channel itself (a forged or extra reply) cannot pass for the child's answer
         nonce = secrets.token_hex(8)
         reply = self._exchange({**msg, "nonce": nonce}, timeout_s, msg.get("op", "request"))
         if reply.get("nonce") != nonce:
             self.kill()
-            raise WorkerFailure("the worker's channel carried a reply to no request (written by the candidate?); "
-                                "worker killed")
+            raise WorkerFailure("the child's channel carried a reply to no request (written by the candidate?); "
+                                "child killed")
+        if reply.get("fatal"):
+            self.kill()  # a CUDA fault poisons the context: nothing more from this process
         return reply
 
     def _exchange(self, msg, timeout_s, what) -> dict:
@@ -93,10 +167,9 @@ class WorkerProcess:
         watchdog.start()
         try:
             if msg is not None:
-                protocol.send(self._to_child, msg)
-            # a reply can be as large as the worker may grow (KernelBench's largest outputs are GBs)
-            reply = protocol.recv(self._from_child, max_bytes=max(8 << 30, self.mem_limit))
-        except Exception as e:  # noqa: BLE001 - a reply that does not decode is the worker's failure
+                protocol.send(self.conn.fileno(), msg)
+            reply = protocol.recv(self.conn.fileno(), max_bytes=max(8 << 30, self.mem_limit))
+        except Exception as e:  # noqa: BLE001 - a reply that does not decode is the child's failure
             done.set()
             watchdog.join()
             note = why[0] if why else self._death_note(what, e)
@@ -106,18 +179,16 @@ class WorkerProcess:
         watchdog.join()
         if not isinstance(reply, dict):
             self.kill()
-            raise WorkerFailure("worker sent a malformed reply")
+            raise WorkerFailure("child sent a malformed reply")
         return reply
 
     def _watch(self, done: threading.Event, deadline: float, why: list, timeout_s: float):
-        pid = None
         while not done.wait(0.1):
             if time.monotonic() > deadline:
                 why.append(f"timed out after {timeout_s:.0f} s (hang or infinite loop); worker killed")
                 self.kill()
                 return
-            pid = pid or self.info.get("pid")
-            rss = _rss_bytes(pid) if pid else 0
+            rss = _rss_bytes(self.pids[-1])
             if self.mem_limit and rss > self.mem_limit:
                 why.append(f"used {rss / 2**30:.1f} GiB of host memory, over the "
                            f"{self.mem_limit / 2**30:.1f} GiB limit; worker killed")
@@ -125,61 +196,25 @@ class WorkerProcess:
                 return
 
     def _death_note(self, what: str, err: Exception) -> str:
-        try:
-            code = self.proc.wait(timeout=10) if self.proc else None
-        except subprocess.TimeoutExpired:
-            code = None
-        if code is not None and code > 128 and self.sandbox.isolated:
-            code = 128 - code  # bubblewrap reports a child killed by signal N as 128 + N
-        if code is not None and code < 0:
-            cause = f"killed by signal {signal.Signals(-code).name}"
-        else:
-            cause = f"exited with code {code}" if code is not None else f"channel error: {err}"
-        return f"worker crashed while {what} ({cause}); last output:\n{self.log_tail()}"
-
-    def log_tail(self) -> str:
-        try:
-            self.log.seek(0, os.SEEK_END)
-            size = self.log.tell()
-            self.log.seek(max(0, size - LOG_TAIL))
-            return self.log.read().decode(errors="replace").strip()
-        except (OSError, ValueError):
-            return ""
+        time.sleep(0.3)  # the intermediate process writes how the child ended into the log
+        log = _tail(self.log)
+        ended = [ln for ln in log.splitlines() if ln.startswith("[te-exit] ")]
+        cause = ended[-1].removeprefix("[te-exit] ") if ended else f"channel closed: {err}"
+        rest = "\n".join(ln for ln in log.splitlines() if not ln.startswith("[te-exit] "))
+        return f"worker crashed while {what} ({cause}); last output:\n{rest}"
 
     def kill(self):
-        self.send_kill()
-        self.reap()
-
-    def send_kill(self):
-        if self.proc is None:
-            return
+        self.dead = True
+        for pid in reversed(self.pids):
+            _kill_group(pid)
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            self.conn.close()
+        except OSError:
             pass
-        pid = self.info.get("pid")
-        if pid:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def reap(self):
-        if self.proc is None:
-            return
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        for fd in (self._to_child, self._from_child):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.proc = None
 
     def close(self):
         self.kill()
+        self.log.close()
 
 
 def _rss_bytes(pid: int) -> int:
@@ -194,26 +229,23 @@ def _rss_bytes(pid: int) -> int:
 
 
 class WorkerPool:
-    """`size` interchangeable workers; callers block until one is free. A request goes to a free
-    worker that last served the same task when there is one: its input cache already holds
-    that task's inputs, which are slow to draw."""
+    """`size` slots over one zygote; callers wait, in order, for a free slot."""
 
-    def __init__(self, size: int, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int, recycle_every: int,
+    def __init__(self, size: int, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int,
                  triton_cache: str | None = None):
-        self.recycle_every = recycle_every
-        self.workers = [WorkerProcess(sandbox, interpret, mem_limit_bytes, triton_cache) for _ in range(size)]
-        self._idle = list(self.workers)  # longest idle first
+        self.size = size
+        self.zygote = Zygote(sandbox, interpret, mem_limit_bytes, triton_cache)
         self._free = threading.Condition()
+        self._idle = size
         self._waiting: list[tuple] = []  # heap of (order, ticket): who is served next
         self._tickets = itertools.count()
-        self._last_task: dict[int, str] = {}
-        self.restarts = 0
-        self.busy_s = 0.0  # summed time workers spent serving requests (a utilisation figure)
+        self.restarts = 0  # children killed for a failure (crash, hang, memory, fault)
+        self.busy_s = 0.0  # summed time slots were held (a utilisation figure)
+        self._info: dict = {}
 
-    def _take(self, task_key: str, cancel=None, order: float | None = None) -> WorkerProcess:
-        """A free worker, served in `order` (default: arrival). Waiters used to wake in no
-        particular order, and with the timing worker saturated some starting kernels waited the
-        whole run (seen on the H100: 4 of 14 TritonBench tasks not started after 390 s)."""
+    def _take(self, cancel=None, order: float | None = None):
+        """A free slot, served in `order` (default: arrival): with the timing slot saturated,
+        waiters woken in no particular order left some starting kernels waiting a whole run."""
         me = (time.monotonic() if order is None else order, next(self._tickets))
         with self._free:
             heapq.heappush(self._waiting, me)
@@ -225,51 +257,42 @@ class WorkerPool:
             except BaseException:
                 self._waiting.remove(me)
                 heapq.heapify(self._waiting)
-                self._free.notify_all()  # the next in line may be free to go now
+                self._free.notify_all()
                 raise
             heapq.heappop(self._waiting)
-            worker = next((w for w in self._idle if self._last_task.get(id(w)) == task_key), self._idle[0])
-            self._idle.remove(worker)
-            self._last_task[id(worker)] = task_key
-            self._free.notify_all()  # another idle worker: the next in line may take it
-            return worker
-
-    def _give_back(self, worker: WorkerProcess):
-        with self._free:
-            self._idle.append(worker)
+            self._idle -= 1
             self._free.notify_all()
 
-    def request(self, msg: dict, timeout_s: float, cancel=None, order: float | None = None) -> dict:
-        """Reply of a worker, or raises WorkerFailure (that worker is then replaced). `cancel()`
-        true while waiting for a free worker raises Cancelled; a request once sent runs to its end.
-        `order`: callers waiting for a worker are served lowest first (a time.monotonic() value,
-        e.g. when the candidate's evaluation began), else in order of arrival."""
-        worker = self._take(repr(msg.get("task")), cancel, order)
+    def _give_back(self, t0: float):
+        with self._free:
+            self._idle += 1
+            self.busy_s += time.monotonic() - t0
+            self._free.notify_all()
+
+    @contextlib.contextmanager
+    def child(self, cancel=None, order: float | None = None):
+        """A fresh child for one conversation, killed afterwards."""
+        self._take(cancel, order)
         t0 = time.monotonic()
+        child = None
         try:
-            if worker.alive and worker.served >= self.recycle_every:
-                worker.kill()
-            if not worker.alive and worker.proc is None and worker.info:
-                self.restarts += 1
-            reply = worker.request(msg, timeout_s)
-            if reply.get("fatal"):
-                worker.kill()  # a CUDA fault poisons the context: never reuse this process
-            return reply
+            child = self.zygote.fork()
+            self._info = child.info or self._info
+            yield child
         finally:
-            with self._free:
-                self.busy_s += time.monotonic() - t0
-            self._give_back(worker)
+            if child is not None:
+                if child.dead:
+                    self.restarts += 1
+                child.close()
+            self._give_back(t0)
+
+    def request(self, msg: dict, timeout_s: float, cancel=None, order: float | None = None) -> dict:
+        """One request to a fresh child; raises WorkerFailure when the child failed."""
+        with self.child(cancel, order) as child:
+            return child.request(msg, timeout_s)
 
     def info(self) -> dict:
-        for w in self.workers:
-            if w.info:
-                return w.info
-        return {}
+        return self._info
 
     def close(self):
-        # every worker signalled first, then waited for: a process stuck in the GPU driver can
-        # take seconds to go, and one after another that added up to minutes
-        for w in self.workers:
-            w.send_kill()
-        for w in self.workers:
-            w.reap()
+        self.zygote.close()

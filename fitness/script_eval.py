@@ -124,6 +124,10 @@ class ScriptReferences:
         return [perf_case("tuning", i, seed) for i in ref.timed] + \
                [perf_case("heldout", i, seed) for i in ref.heldout_perf]
 
+    def timing_cases(self, ref: ScriptReference) -> list[dict]:
+        """The benchmark inputs to be timed (the evaluator gives each a fresh seed)."""
+        return [perf_case("timing", i, self.seeds[0]) for i in ref.timed]
+
     def cases(self, ref: ScriptReference) -> list[dict]:
         cases = self.test_cases() + (self.perf_cases(ref) if ref.weak else [])
         return sorted(cases, key=lambda c: c["split"] != "tuning")  # tuning first: the reply stops at a failure

@@ -6,6 +6,8 @@ through `suites.registry.load_task` instead of receiving it.
 """
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -54,7 +56,61 @@ class Task:
         seed = case["seed"] if seed is None else seed
         return (self.suite, self.name, repr(sorted(case["shape"].items())), case["dtype"], seed)
 
+    def draw_heldout(self, rng: random.Random, interpreter: bool) -> tuple[Shape, ...]:
+        """Held-out shapes for one evaluation, drawn from the task's shape distribution, so no
+        list of them exists for a candidate to read (sizes, non-powers of two, layout flags)."""
+        return draw_shapes(self.shape_set(interpreter), rng)
+
     def shape_set(self, interpreter: bool) -> ShapeSet:
         if interpreter and self.interpreter_shapes is not None:
             return self.interpreter_shapes
         return self.shapes
+
+
+def _step(values: list[int]) -> int:
+    """The largest power of two dividing every value (a head dim of 64 or 128 keeps 64)."""
+    g = 0
+    for v in values:
+        g = math.gcd(g, v)
+    return g & -g if g else 1
+
+
+def _sizes(shape: Shape) -> dict:
+    return {k: v for k, v in shape.items() if k[:1].isupper() and isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _draw_size(values: list[int], rng: random.Random) -> int:
+    lo, hi, step = min(values), max(values), _step(values)
+    if all(v & (v - 1) == 0 for v in values):  # powers of two only (a head dim): stay one
+        return 1 << rng.randint(lo.bit_length() - 1, hi.bit_length() - 1)
+    x = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    n = max(lo, min(hi, step * max(1, round(x / step))))
+    if step == 1 and n > 2 and n & (n - 1) == 0:
+        n -= 1  # a power of two is the size a kernel is most often hard-coded for
+    return n
+
+
+def draw_shapes(shapes: ShapeSet, rng: random.Random) -> tuple[Shape, ...]:
+    """As many shapes as the set's held-out list, each size drawn log-uniformly between the
+    smallest and largest value the task's own shapes give it, rounded to a multiple of the
+    power of two that all those values share (sizes given only as powers of two stay powers of
+    two), and no larger in elements than the largest given shape; layout flags come from a
+    random given shape. A fresh draw per evaluation: no list of held-out shapes exists to read."""
+    given = list(shapes.tuning) + list(shapes.heldout)
+    limit = max(math.prod(_sizes(s).values()) for s in given) if given else 0
+    drawn = []
+    for _ in range(len(shapes.heldout)):
+        shape = dict(rng.choice(given))
+        for key in _sizes(shape):
+            values = [s[key] for s in given if key in _sizes(s)]
+            if len(set(values)) > 1:
+                shape[key] = _draw_size(values, rng)
+        while math.prod(_sizes(shape).values()) > limit:
+            key = max(_sizes(shape), key=shape.get)
+            values = [s[key] for s in given if key in _sizes(s)]
+            smaller = max(min(values), shape[key] // 2 // _step(values) * _step(values))
+            if smaller == shape[key]:
+                break
+            shape[key] = smaller
+        drawn.append(shape)
+    return tuple(drawn)

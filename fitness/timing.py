@@ -1,0 +1,123 @@
+"""One side of a GPU timing, in its own clean process: the baseline, or the candidate's recorded
+trace replayed (fitness.trace). The engine alternates trials between the two processes.
+
+Method (DESIGN.md §5): each timed region runs the function over R distinct input sets, R chosen
+so the sets together exceed twice the L2 (graphs do not flush it); the region is a CUDA graph
+replay when both sides can be captured (a Python launch costs ~60 us on the H100, more than
+many kernels), else an eager loop closed by a device-wide synchronize. L2 is flushed before
+every region. Before each trial every set gets the contents of one of two draws, alternating, so
+a kernel that keeps answers in its own scratch memory between replays misses; after the trials
+the sets get a third draw and the outputs of sets the engine picks are checked against the
+engine's reference.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import torch
+
+from fitness.harness import nbytes, to_device
+
+MAX_SETS = 64
+SET_BUDGET_BYTES = 2 << 30
+MIN_REGION_MS = 0.2
+
+
+def _fill(sets, contents):
+    for s in sets:
+        for dst, src in zip(s, contents):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+
+
+def _as_list(out) -> list:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def n_sets_for(in_bytes: int, t_one_ms: float, l2_bytes: int) -> int:
+    n = max(math.ceil(2 * l2_bytes / max(in_bytes, 1)), math.ceil(MIN_REGION_MS / max(t_one_ms, 1e-4)))
+    return int(max(1, min(n, MAX_SETS, SET_BUDGET_BYTES // max(in_bytes, 1))))
+
+
+class TimedSide:
+    def __init__(self, fn, draws: list[tuple]):
+        self.fn = fn
+        self.draws = draws  # [A, B, check], each a tuple of device inputs
+        props = torch.cuda.get_device_properties(0)
+        self.l2_bytes = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
+        self.flush_buf = torch.empty(max(256 << 20, 4 * self.l2_bytes) // 4, dtype=torch.int32, device="cuda")
+        self.sets: list[tuple] = []
+        self.outs: list = []
+        self.method = ""
+        self.run = None
+
+    def calibrate(self) -> dict:
+        """Warm-up (compile, autotune, lazy loads) and the time of one call."""
+        t0 = time.perf_counter()
+        self.fn(*self._copy(0))
+        torch.cuda.synchronize()
+        args = self._copy(0)
+        times = []
+        for _ in range(3):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            self.fn(*args)
+            e.record()
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e))
+        return {"t_one_ms": statistics.median(times), "in_bytes": nbytes(self.draws[0]), "l2_bytes": self.l2_bytes,
+                "warm_ms": round((time.perf_counter() - t0) * 1e3, 2)}
+
+    def _copy(self, k: int) -> tuple:
+        return tuple(to_device(a, "cuda") for a in self.draws[k])
+
+    def prepare(self, n_sets: int, graph: bool) -> str:
+        self.sets = [self._copy(0) for _ in range(n_sets)]
+        if graph:
+            try:
+                for s in self.sets:  # compile and autotune outside the capture
+                    self.fn(*s)
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    self.outs = [_as_list(self.fn(*s)) for s in self.sets]
+                self.run, self.method = g.replay, "cuda-graph"
+                return self.method
+            except Exception:  # noqa: BLE001 - not capturable: the engine times both sides eagerly
+                torch.cuda.synchronize()
+                self.sets = [self._copy(0) for _ in range(n_sets)]
+        keep: list = []
+
+        def run():
+            for s in self.sets:
+                keep[:] = [self.fn(*s)]
+            torch.cuda.synchronize()  # device-wide: work on any stream belongs to the region
+        self.run, self.method, self.outs = run, "eager", []
+        return self.method
+
+    def trial(self, k: int) -> float:
+        """ms per input set of one timed region, on the k-th alternation of the two draws."""
+        _fill(self.sets, self.draws[k % 2])
+        self.flush_buf.zero_()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        self.run()
+        e.record()
+        torch.cuda.synchronize()
+        return s.elapsed_time(e) / len(self.sets)
+
+    def check(self, picks: list[int]) -> list[list]:
+        """Outputs of the picked sets after a replay of the region on the third draw."""
+        _fill(self.sets, self.draws[2])
+        if self.method == "cuda-graph":
+            self.run()
+            torch.cuda.synchronize()
+            return [[o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in self.outs[i]] for i in picks]
+        outs = []
+        for i in picks:
+            out = _as_list(self.fn(*self.sets[i]))
+            torch.cuda.synchronize()
+            outs.append([o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in out])
+        return outs

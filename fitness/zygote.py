@@ -1,0 +1,97 @@
+"""The zygote: a clean process that forks one child per conversation.
+
+Importing torch and Triton takes seconds; a fork takes milliseconds. The zygote imports them,
+installs the launch hook, and never touches CUDA (a CUDA context does not survive a fork) nor
+any candidate's code. Each request on its control socket carries a socket (and a log file) for
+the child's conversation with the engine; the zygote forks, the child confines itself
+(fitness.isolation), starts the device and serves that conversation, then exits. So nothing a
+candidate does outlives its conversation.
+
+Started by fitness.pool as `python -m fitness.zygote CONTROL_FD`, inside the sandbox.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def _serve_child(conn_fd: int, log_fd: int, read_only: tuple[str, ...], state) -> None:
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    keep = sorted({0, 1, 2, conn_fd})
+    for lo, hi in zip(keep, keep[1:] + [65536]):
+        os.closerange(lo + 1, hi)
+    from fitness.isolation import confine, set_limits
+
+    how, fork_again = confine(read_only)
+    if fork_again:  # PID 1 of the new namespace: when it dies, everything it forked dies with it
+        pid = os.fork()
+        if pid:
+            os.close(conn_fd)
+            _, status = os.waitpid(pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+            # the engine cannot wait for a grandchild: the log carries how it ended
+            how_ended = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+            os.write(2, f"\n[te-exit] {how_ended}\n".encode())
+            os._exit(code & 0xFF)
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setsid()
+    set_limits()
+    from fitness.child import Child
+
+    Child(*state).serve(conn_fd, how)
+
+
+def main():
+    ctl = socket.socket(fileno=int(sys.argv[1]))
+    os.dup2(2, 1)  # nothing printed here may reach a channel
+    import torch  # noqa: F401 - imported once here, shared by every child
+    import torch._dynamo  # noqa: F401 - on import it re-wraps torch functions (manual_seed, ...)
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
+
+    import suites.registry  # noqa: F401
+    from fitness.harness import LaunchHook, Snapshot
+    from fitness.isolation import PRIVATE_MOUNT
+
+    hook = LaunchHook()
+    hook.install()
+    state = (hook, Snapshot(hook))
+    os.makedirs(PRIVATE_MOUNT, exist_ok=True)
+    read_only = tuple(p for p in ("/tmp", os.environ.get("TRITON_CACHE_DIR", "")) if p)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    ctl.send(json.dumps({"op": "ready", "pid": os.getpid()}).encode())
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 2)
+        except OSError:
+            return
+        if not msg:
+            return
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            ctl.send(json.dumps({"error": "a fork request carries two descriptors"}).encode())
+            continue
+        pid = os.fork()
+        if pid == 0:
+            ctl.close()
+            try:
+                _serve_child(fds[0], fds[1], read_only, state)
+            finally:
+                os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        ctl.send(json.dumps({"pid": pid}).encode())
+
+
+if __name__ == "__main__":
+    main()
