@@ -273,6 +273,7 @@ class Evaluator:
         try:
             with self.pool.child(cancel, order) as child:
                 v.device = child.info.get("device", "")
+                v.sandbox = f"{self.sandbox.description}; candidate's process: {child.info.get('how', '?')}"
                 reply = child.request({"op": "import", "source": source, "task": spec}, self.config.timeout_s)
                 v.stage = reply.get("stage", "parse")
                 v.phases["worker_ms"] = dict(reply.get("phase_ms") or {})

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -213,7 +214,7 @@ class Snapshot:
             "torch.nn.functional": torch.nn.functional, "time": time, "threading": threading,
             "triton.testing": triton.testing, "torch.testing": torch.testing,
         }
-        if torch.cuda.is_available():
+        if os.environ.get("TE_DEVICE") == "cuda":  # never ask CUDA in the zygote: a fork could not use it
             self.targets["torch.cuda.Event"] = torch.cuda.Event
             self.targets["torch.cuda.CUDAGraph"] = torch.cuda.CUDAGraph
         self.saved = {name: self._callables(obj) for name, obj in self.targets.items()}

@@ -2,8 +2,8 @@
 
 The zygote (fitness.zygote) sits inside the sandbox (bubblewrap: read-only filesystem, no
 network); each child then takes, where the kernel allows unprivileged namespaces:
-- its own user, mount and PID namespaces: the candidate's process is PID 1 of a namespace, so
-  killing it kills every process it forked (a fork bomb included);
+- its own user and mount namespaces (not a PID namespace: CUDA does not start in one), its own
+  session, and a cap on processes, so a fork bomb stays small and dies with its process group;
 - a fresh tmpfs as its only writable folder (TMPDIR, the Triton cache, HOME), with the
   zygote's /tmp and the shared Triton cache remounted read-only: nothing one candidate writes
   is seen by another, or by a later run;
@@ -19,7 +19,7 @@ import os
 import resource
 import tempfile
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
 MAX_FILE_BYTES = 256 << 20
 MAX_OPEN_FILES = 1024
@@ -43,25 +43,43 @@ def _write(path: str, text: str):
         f.write(text)
 
 
+def _remount_read_only(path: str):
+    """Bind `path` onto itself read-only, keeping the flags a more privileged namespace locked
+    on it (bubblewrap mounts its /tmp nosuid,nodev: a remount that drops them is refused)."""
+    keep = 0
+    flags = os.statvfs(path).f_flag
+    for st, ms in ((os.ST_NOSUID, 2), (os.ST_NODEV, 4), (os.ST_NOEXEC, 8), (os.ST_NOATIME, 1024),
+                   (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21)):
+        if flags & st:
+            keep |= ms
+    _mount(path, path, None, MS_BIND | MS_REC)
+    _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+
+
 def enter_namespaces(read_only: tuple[str, ...]) -> str:
-    """New user + mount + PID namespaces, a private tmpfs, `read_only` remounted read-only.
-    Raises OSError when the kernel refuses; the caller falls back."""
+    """New user + mount namespaces, a private tmpfs, `read_only` remounted read-only. Raises
+    OSError when the kernel refuses. No PID namespace: CUDA fails to start in one (error 304,
+    seen on the H100 with and without bubblewrap, bench/ns_probe.py)."""
     uid, gid = os.getuid(), os.getgid()
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID), "unshare")
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
     for path in read_only:
         if os.path.isdir(path):
-            _mount(path, path, None, MS_BIND | MS_REC)
-            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+            _remount_read_only(path)
     _mount("tmpfs", PRIVATE_MOUNT, "tmpfs", 0, "size=2g,mode=700")
     return PRIVATE_MOUNT
 
 
 def set_limits():
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # processes of this user now, plus room for a candidate's threads (threads count too)
+    running = sum(name.isdigit() for name in os.listdir("/proc"))
+    _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    cap = running + 512 if hard == resource.RLIM_INFINITY else min(running + 512, hard)
+    resource.setrlimit(resource.RLIMIT_NPROC, (cap, hard))
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     cap = MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else min(MAX_OPEN_FILES, hard)
@@ -78,12 +96,13 @@ def private_env(root: str):
 
 
 def confine(read_only: tuple[str, ...]) -> tuple[str, bool]:
-    """(description, whether the caller must fork once more to enter the new PID namespace)."""
+    """(description, whether to fork once more: a waiting parent logs how the candidate's
+    process ended, which the engine, not its parent, cannot wait for)."""
     try:
         root = enter_namespaces(read_only)
-        how, forked = "own namespaces, private tmpfs, shared folders read-only", True
+        how, forked = "own user and mount namespaces; private tmpfs; shared folders read-only", True
     except OSError as e:
         root = tempfile.mkdtemp(prefix="te-child-")
-        how, forked = f"private folder only (namespaces refused: {e.strerror})", False
+        how, forked = f"a private folder only (namespaces refused: {e})", True
     private_env(root)
     return how, forked

@@ -82,6 +82,10 @@ def worker_env(interpret: bool, mem_limit_bytes: int, triton_cache: str | None =
     env["TRITON_CACHE_DIR"] = str(triton_cache_dir(triton_cache))
     env["PYTHONUNBUFFERED"] = "1"
     env["TE_MEM_LIMIT_BYTES"] = str(mem_limit_bytes)
+    env["TE_DEVICE"] = "cpu" if interpret else "cuda"
+    # torch.cuda.is_available() without starting CUDA: the zygote forks, and a process that
+    # started CUDA cannot fork a child that uses it
+    env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     else:

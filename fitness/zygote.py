@@ -30,7 +30,7 @@ def _serve_child(conn_fd: int, log_fd: int, read_only: tuple[str, ...], state) -
     from fitness.isolation import confine, set_limits
 
     how, fork_again = confine(read_only)
-    if fork_again:  # PID 1 of the new namespace: when it dies, everything it forked dies with it
+    if fork_again:  # this process waits and logs how the child ended; the child dies with it
         pid = os.fork()
         if pid:
             os.close(conn_fd)
@@ -86,6 +86,12 @@ def main():
             ctl.close()
             try:
                 _serve_child(fds[0], fds[1], read_only, state)
+            except BaseException:  # noqa: BLE001 - into the child's log, for the engine's note
+                import traceback
+
+                traceback.print_exc()
+                sys.stderr.flush()
+                os._exit(1)
             finally:
                 os._exit(0)
         for fd in fds:
