@@ -7,8 +7,16 @@ def test_a_verdict_says_where_the_workers_time_went(evaluator, builtin):
     v = evaluator.evaluate(task, task.start_source)
     assert v.passed, v.reason
     w = v.phases["worker_ms"]
-    assert {"import", "inputs", "first_case", "other_cases", "to_host", "handle", "forget"} <= set(w)
-    # nested phases add up inside their parents; the engine's wait covers the worker's handling
-    assert w["inputs"] + w["to_host"] <= w["first_case"] + w["other_cases"] <= w["handle"]
-    assert w["import"] + w["first_case"] + w["other_cases"] <= w["handle"] <= 1000 * v.phases["worker_s"]
-    assert v.phases["reference_compare_s"] >= 0
+    assert {"import", "inputs", "handle", "to_host"} <= set(w)
+    assert w["import"] + w["inputs"] + w["to_host"] <= w["handle"] <= 1000 * v.phases["worker_s"]
+    assert v.phases["replay_s"] > 0
+
+
+def test_every_evaluation_draws_its_own_seeds_and_heldout_shapes(evaluator, builtin):
+    task = builtin["softmax"]
+    a, b = (evaluator.evaluate(task, task.start_source) for _ in range(2))
+    assert a.passed and b.passed
+    seeds = lambda v: {c["seed"] for c in v.cases}
+    heldout = lambda v: [c["shape"] for c in v.cases if c["split"] == "heldout"]
+    assert not seeds(a) & seeds(b)
+    assert heldout(a) != heldout(b)
