@@ -124,8 +124,7 @@ class Child:
         self.module, failed = self._import(source)
         if failed:
             return failed
-        entry = task.entry if task.script is None else task.entry
-        for name in (e.strip() for e in entry.split(",")):
+        for name in (e.strip() for e in task.entry.split(",")):
             if not hasattr(self.module, name):
                 return {"stage": "parse", "error": f"module defines no {name!r}"}
         if task.script is None and not callable(getattr(self.module, task.entry)):
@@ -337,7 +336,8 @@ class Child:
 
     # -------------------------------------------------------------------------------------
     OPS = {"import": "import_candidate", "case": "case", "script": "script", "replay": "replay",
-           "time_open": "time_open", "time_sets": "time_sets", "trial": "trial", "time_check": "time_check", "peaks": "peaks"}
+           "time_open": "time_open", "time_sets": "time_sets", "trial": "trial", "time_check": "time_check",
+           "peaks": "peaks"}
 
     def handle(self, req: dict) -> dict:
         method = self.OPS.get(req.get("op"))

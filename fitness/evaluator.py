@@ -36,7 +36,6 @@ from fitness.sandbox import detect
 from fitness.script_eval import ScriptReferences
 from fitness.static_gate import allowance, check_source
 from fitness.timing import n_sets_for
-from fitness.trace import MAX_SNAPSHOT_BYTES  # noqa: F401 - re-exported for reports
 from fitness.verdict import Verdict, speedup_from_rows
 from suites.task import Task
 
@@ -350,7 +349,8 @@ class Evaluator:
                 return self._fail(v, f"{res['error']} ({where})")
             produced = sum(o.numel() for o in res["outputs"])
             if res["torch_elements"] > max(1024, TORCH_WORK_SHARE * produced):
-                ops = ", ".join(f"{k} ({n} elements)" for k, n in sorted(res["torch_ops"].items(), key=lambda kv: -kv[1]))
+                by_size = sorted(res["torch_ops"].items(), key=lambda kv: -kv[1])
+                ops = ", ".join(f"{k} ({n} elements)" for k, n in by_size)
                 return self._fail(v, f"torch did work outside Triton kernels (counted on the replay): {ops}")
             problem = self._check_case(task, case, self._for_comparison(res)["outputs"])
             if problem:

@@ -95,14 +95,13 @@ def private_env(root: str):
     os.chdir(root)
 
 
-def confine(read_only: tuple[str, ...]) -> tuple[str, bool]:
-    """(description, whether to fork once more: a waiting parent logs how the candidate's
-    process ended, which the engine, not its parent, cannot wait for)."""
+def confine(read_only: tuple[str, ...]) -> str:
+    """How this process is confined (it goes into the verdict)."""
     try:
         root = enter_namespaces(read_only)
-        how, forked = "own user and mount namespaces; private tmpfs; shared folders read-only", True
+        how = "own user and mount namespaces; private tmpfs; shared folders read-only"
     except OSError as e:
         root = tempfile.mkdtemp(prefix="te-child-")
-        how, forked = f"a private folder only (namespaces refused: {e})", True
+        how = f"a private folder only (namespaces refused: {e})"
     private_env(root)
-    return how, forked
+    return how

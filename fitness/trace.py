@@ -196,14 +196,11 @@ class Replayer:
         self.torch_elements = 0
         self.torch_ops: dict[str, int] = {}
         self.snapshots = {int(k): v.to(device) for k, v in trace.get("snapshots", {}).items()}
-        self.kernels = {k: self._kernel(k, d) for k, d in trace.get("kernels", {}).items()}
+        # under the interpreter the kernels are the module's functions; on a GPU, the recorded binaries
+        self.kernels = {} if module is not None else \
+            {k: load_compiled(d) for k, d in trace.get("kernels", {}).items()}
         if trace.get("problem"):
             raise ReplayError(trace["problem"])
-
-    def _kernel(self, key: str, desc: dict):
-        if self.module is not None:
-            return None
-        return load_compiled(desc)
 
     def run(self, inputs: tuple) -> list[torch.Tensor]:
         self.torch_elements = 0
@@ -327,7 +324,7 @@ def load_compiled(desc: dict):
     if not name.replace("_", "").isalnum():
         raise ReplayError("bad kernel name in trace")
     folder = tempfile.mkdtemp(prefix="te-replay-")
-    paths = {f"{name}.json": os.path.join(folder, f"{name}.json"), f"{name}.{ext}": os.path.join(folder, f"{name}.{ext}")}
+    paths = {f: os.path.join(folder, f) for f in (f"{name}.json", f"{name}.{ext}")}
     with open(paths[f"{name}.json"], "w") as f:
         f.write(desc["metadata"])
     with open(paths[f"{name}.{ext}"], "wb") as f:

@@ -29,20 +29,21 @@ def _serve_child(conn_fd: int, log_fd: int, read_only: tuple[str, ...], state) -
         os.closerange(lo + 1, hi)
     from fitness.isolation import confine, set_limits
 
-    how, fork_again = confine(read_only)
-    if fork_again:  # this process waits and logs how the child ended; the child dies with it
-        pid = os.fork()
-        if pid:
-            os.close(conn_fd)
-            _, status = os.waitpid(pid, 0)
-            code = os.waitstatus_to_exitcode(status)
-            # the engine cannot wait for a grandchild: the log carries how it ended
-            how_ended = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-            os.write(2, f"\n[te-exit] {how_ended}\n".encode())
-            os._exit(code & 0xFF)
-        import ctypes
+    how = confine(read_only)
+    # this process waits and logs how the child ended (the engine, not its parent, cannot wait
+    # for it); the child dies with it
+    pid = os.fork()
+    if pid:
+        os.close(conn_fd)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        # the engine cannot wait for a grandchild: the log carries how it ended
+        how_ended = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        os.write(2, f"\n[te-exit] {how_ended}\n".encode())
+        os._exit(code & 0xFF)
+    import ctypes
 
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     os.setsid()
     set_limits()
     from fitness.child import Child
