@@ -269,6 +269,7 @@ class Evaluator:
         t0 = time.monotonic()
         traces: dict = {}
         failed, reply = None, {}
+        compare_s = 0.0
         try:
             with self.pool.child(cancel, order) as child:
                 v.device = child.info.get("device", "")
@@ -287,13 +288,15 @@ class Evaluator:
                         traces[_trace_key(case)] = (case, reply["trace"])
                     if case["split"] == "timing":
                         continue
+                    t1 = time.monotonic()
                     problem = check(case, self._for_comparison(reply))
+                    compare_s += time.monotonic() - t1
                     v.cases.append({**case, "ok": not problem, "error": problem})
         except WorkerFailure as e:
             v.reason = str(e)
             v.flags.append("worker-replaced")
             return None
-        v.phases.update(worker_s=round(time.monotonic() - t0, 3))
+        v.phases.update(worker_s=round(time.monotonic() - t0 - compare_s, 3), reference_compare_s=round(compare_s, 3))
         if reply.get("error"):
             v.cases.append({**(failed or {}), "ok": False, "error": reply["error"]})
             v.reason = reply["error"] if not failed else \
