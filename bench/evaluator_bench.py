@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
@@ -38,6 +40,17 @@ def variant(source: str, n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _sum_phases(total: dict[str, float], phases: dict, prefix: str) -> None:
+    """Adds seconds per phase; nested dicts (a worker's own phases, in ms) become dotted names.
+    (At f303be2 the bench added those dicts as numbers: the TypeError in run_pass.)"""
+    for k, x in phases.items():
+        if isinstance(x, dict):
+            scale = 1e-3 if k.endswith("_ms") else 1.0
+            _sum_phases(total, {kk: xx * scale for kk, xx in x.items()}, f"{prefix}{k.removesuffix('_ms')}.")
+        elif isinstance(x, (int, float)):
+            total[prefix + k] = total.get(prefix + k, 0.0) + x
+
+
 def run_pass(ev, tasks, label, n=0):
     t0 = time.monotonic()
     verdicts = ev.evaluate_many([(t, variant(t.start_source, n + i)) for i, t in enumerate(tasks)])
@@ -45,13 +58,11 @@ def run_pass(ev, tasks, label, n=0):
     busy = sum(v.elapsed_s for v in verdicts)
     config = ev.config
     per_min = 60 * len(verdicts) / wall
-    phases = {}
+    phases: dict[str, float] = {}
     for v in verdicts:
-        for k, x in v.phases.items():
-            phases[k] = phases.get(k, 0) + x
+        _sum_phases(phases, v.phases, "")
         for row in v.times:
-            for k, x in row.get("phase_ms", {}).items():
-                phases[f"timing.{k}"] = phases.get(f"timing.{k}", 0) + x / 1e3
+            _sum_phases(phases, {k: x / 1e3 for k, x in row.get("phase_ms", {}).items()}, "timing.")
     print(f"[{label}] summed phase seconds: " + ", ".join(f"{k} {x:.1f}" for k, x in sorted(phases.items())))
     print(f"[{label}] {len(verdicts)} candidates in {wall:.1f} s = {per_min:.1f} candidates/min "
           f"({config.workers} correctness workers; summed per-candidate latency {busy:.0f} s)")
@@ -69,7 +80,7 @@ def main():
     args = ap.parse_args()
     suite = load_suite("builtin")
     tasks = [suite[n] for n in args.tasks.split(",")] if args.tasks else list(suite.values())
-    refs = ReferenceCache(16 << 30)
+    refs = ReferenceCache(16 << 30, "cuda" if torch.cuda.is_available() else "cpu")  # as the evaluator's own
     out = {}
 
     with tempfile.TemporaryDirectory() as cache:

@@ -6,11 +6,14 @@ when the search ran on one).
 Per task and overall: the median and the sum, over evaluations, of each phase its verdict
 recorded. Engine side: `worker_s` (waiting for a correctness worker, the worker's handling and
 the trip through the pipe), `reference_compare_s` (float64 references and the comparison),
-`timing_s` (waiting for the timing worker and its work). Worker side (`worker_ms`): `import`,
-`first_case` (Triton compiles on the first launch), `other_cases`, and within the cases
-`inputs` and `to_host`. Timing worker: its `draw`, `warm_up`, `calibrate`, `capture` and
-`trials` (summed over the shapes of an evaluation). With --session, only the evaluations made
-during that searching command (see the archive's sessions table). Not a test: quote its output.
+`replay_s` (each call replayed alone in a fresh child), and the timing: `timing_prepare_s` (a
+replay child forked, CUDA started, kernels loaded, inputs drawn: overlaps other candidates),
+`timing_wait_s` (waiting for the measuring turn) and `timing_exclusive_s` (the turn itself: the
+GPU's exclusive time). Worker side (`worker_ms`): `import`, `first_case` (Triton compiles on
+the first launch), `other_cases`, and within the cases `inputs` and `to_host`. Per timed
+shape: `warm_up` and `baseline_warm_up` (summed over the shapes of an evaluation). With
+--session, only the evaluations made during that searching command (see the archive's sessions
+table). Not a test: quote its output.
 """
 from __future__ import annotations
 

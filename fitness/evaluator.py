@@ -39,6 +39,7 @@ from fitness.timing import n_sets_for
 from fitness.verdict import Verdict, speedup_from_rows
 from suites.task import Task
 
+TIMING_CHILDREN = 3  # one measuring, two getting ready
 TORCH_WORK_SHARE = 0.01  # torch work (elements read or written) allowed beside the kernels, as a share of outputs
 
 
@@ -112,8 +113,9 @@ class Evaluator:
         self.sandbox = detect(not config.sandbox, config.triton_cache, data)
         mem = int(config.mem_limit_gb * 2**30)
         self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.triton_cache)
-        # one timing slot per GPU: its replay children and the baseline child take turns on it
-        self.timer = WorkerPool(1, self.sandbox, False, mem, config.triton_cache) if self.gpu else None
+        # one measuring turn per GPU (the baseline lock): the replay children and the baseline child take
+        # turns in it, while the next candidates' replay children get ready beside it
+        self.timer = WorkerPool(TIMING_CHILDREN, self.sandbox, False, mem, config.triton_cache) if self.gpu else None
         self.baseline = WorkerPool(1, self.sandbox, False, mem, config.triton_cache) if self.gpu else None
         self._baseline_child = None
         self._baseline_lock = threading.Lock()
@@ -398,22 +400,30 @@ class Evaluator:
         rows = []
         try:
             with self.timer.child(cancel, order) as replay:
-                for case, trace in timed:
-                    rows.append(self._time_case(task, case, trace, replay))
+                # outside the measuring turn: the replay child starts CUDA, loads the kernels and
+                # draws every shape's inputs while another candidate is being measured
+                plans = [self._prepare(task, slot, case, trace, replay) for slot, (case, trace) in enumerate(timed)]
+                t1 = time.monotonic()
+                with self._baseline_lock:
+                    t2 = time.monotonic()
+                    for plan in plans:
+                        rows.append(self._measure(task, plan, replay))
+                    t3 = time.monotonic()
         except (WorkerFailure, TimingRejected) as e:
             v.reason = f"timing: {e}"
             v.correct = False  # a kernel that cannot be timed (hang, crash, a failed check) is no parent
             if isinstance(e, WorkerFailure):
                 v.flags.append("worker-replaced")
             return
-        v.phases["timing_s"] = round(time.monotonic() - t0, 3)  # waiting for the timing slot included
+        v.phases.update(timing_prepare_s=round(t1 - t0, 3), timing_wait_s=round(t2 - t1, 3),
+                        timing_exclusive_s=round(t3 - t2, 3))
         v.times = rows
         v.speedup, flags = speedup_from_rows(v.times, self._peaks, floor=task.script is None)
         v.flags += flags
         methods = sorted({r["method"] for r in v.times})
         v.timing = (f"median of {self.config.trials} trials per shape, the replayed kernels and the baseline "
                     f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}; "
-                    f"{time.monotonic() - t0:.1f} s")
+                    f"{t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
         if any(max(r["candidate_spread"], r["baseline_spread"]) > 0.1 for r in v.times):
             v.flags.append("noisy-timing")
         v.stage = "timed"
@@ -431,41 +441,54 @@ class Evaluator:
             self._baseline_cm.__exit__(None, None, None)
             self._baseline_child = None
 
-    def _time_case(self, task: Task, case: dict, trace: dict, replay) -> dict:
-        """One shape: both sides warmed and calibrated, then trials alternating between them,
-        each bounded by the engine's clock, then the timed regions' outputs checked."""
+    def _prepare(self, task: Task, slot: int, case: dict, trace: dict, replay) -> dict:
+        """One shape's replay side made ready; the plan the measuring turn follows."""
+        plan = {"slot": slot, "case": case, "seeds": [_fresh_seed() for _ in range(3)]}
+        opening = {"op": "time_prepare", "task": self._task_spec(task), "slot": slot,
+                   "case": {**case, "seed": plan["seeds"][0]}, "seeds": plan["seeds"]}
+        _ok(replay.request({**opening, "trace": trace}, self.config.timing_timeout_s), "c")
+        plan["opening"] = opening
+        return plan
+
+    def _measure(self, task: Task, plan: dict, replay) -> dict:
+        """One shape, inside the measuring turn: both sides warmed and calibrated, then trials
+        alternating between them, each bounded by the engine's clock, then the timed regions'
+        outputs checked."""
         timeout = self.config.timing_timeout_s
-        seeds = [_fresh_seed() for _ in range(3)]
-        spec = self._task_spec(task)
         base_src = task.start_source if self.config.baseline == "start" and task.script is None else None
-        opening = {"op": "time_open", "task": spec, "case": {**case, "seed": seeds[0]}, "seeds": seeds}
-        with self._baseline_lock:
-            base = self._baseline_side()
-            sides = {"c": replay, "b": base}
-            cal = {"c": _ok(replay.request({**opening, "trace": trace}, timeout), "replayed kernels"),
-                   "b": _ok(base.request({**opening, "baseline_source": base_src}, timeout), "baseline")}
-            n = n_sets_for(cal["b"]["in_bytes"], max(cal["c"]["t_one_ms"], cal["b"]["t_one_ms"]),
-                           cal["b"]["l2_bytes"])
-            methods = {k: _ok(s.request({"op": "time_sets", "n_sets": n, "graph": True}, timeout), k)["method"]
+        base = self._baseline_side()
+        sides = {"c": replay, "b": base}
+        prepared = _ok(base.request({**plan["opening"], "slot": 0, "baseline_source": base_src}, timeout), "b")
+        cal = {k: _ok(side.request({"op": "time_open", "slot": plan["slot"] if k == "c" else 0}, timeout), k)
+               for k, side in sides.items()}
+        cal["b"]["cost"] = prepared.get("cost")
+        n = n_sets_for(cal["b"]["in_bytes"], max(cal["c"]["t_one_ms"], cal["b"]["t_one_ms"]), cal["b"]["l2_bytes"])
+        methods = {k: _ok(s.request({"op": "time_sets", "n_sets": n, "graph": True}, timeout), k)["method"]
+                   for k, s in sides.items()}
+        if len(set(methods.values())) > 1:  # both sides alike: eager when either cannot be captured
+            methods = {k: _ok(s.request({"op": "time_sets", "n_sets": n, "graph": False}, timeout), k)["method"]
                        for k, s in sides.items()}
-            if len(set(methods.values())) > 1:  # both sides alike: eager when either cannot be captured
-                methods = {k: _ok(s.request({"op": "time_sets", "n_sets": n, "graph": False}, timeout), k)["method"]
-                           for k, s in sides.items()}
-            times = {"c": [], "b": []}
-            for i in range(self.config.trials):
-                for k in (("c", "b") if i % 2 == 0 else ("b", "c")):
-                    t = time.perf_counter()
-                    ms = float(_ok(sides[k].request({"op": "trial", "k": i}, timeout), k)["ms"])
-                    wall_ms = (time.perf_counter() - t) * 1e3
-                    if not (0 < ms * n <= wall_ms * 1.02 + 0.5):
-                        raise TimingRejected(f"a reported time ({ms * n:.3f} ms) is not inside the engine's "
-                                             f"clock for that trial ({wall_ms:.3f} ms)")
-                    times[k].append(ms)
-            picks = sorted({0, n - 1, random.randrange(n)})
-            outs = {k: _ok(s.request({"op": "time_check", "picks": picks}, timeout), k)["outputs"]
-                    for k, s in sides.items()}
-        self._check_timed_outputs(task, case, seeds[2], outs)
-        return _row(task, case, times, methods["c"], n, self.config.trials, cal)
+        times = self._trials(sides, n)
+        picks = sorted({0, n - 1, random.randrange(n)})
+        outs = {k: _ok(s.request({"op": "time_check", "picks": picks}, timeout), k)["outputs"]
+                for k, s in sides.items()}
+        self._check_timed_outputs(task, plan["case"], plan["seeds"][2], outs)
+        return _row(task, plan["case"], times, methods["c"], n, self.config.trials, cal)
+
+    def _trials(self, sides: dict, n: int) -> dict[str, list[float]]:
+        """Alternating trials, the order flipped each round; each reported time must fit inside
+        the engine's own clock for that request."""
+        times: dict[str, list[float]] = {"c": [], "b": []}
+        for i in range(self.config.trials):
+            for k in (("c", "b") if i % 2 == 0 else ("b", "c")):
+                t = time.perf_counter()
+                ms = float(_ok(sides[k].request({"op": "trial", "k": i}, self.config.timing_timeout_s), k)["ms"])
+                wall_ms = (time.perf_counter() - t) * 1e3
+                if not (0 < ms * n <= wall_ms * 1.02 + 0.5):
+                    raise TimingRejected(f"a reported time ({ms * n:.3f} ms) is not inside the engine's "
+                                         f"clock for that trial ({wall_ms:.3f} ms)")
+                times[k].append(ms)
+        return times
 
     def _check_timed_outputs(self, task: Task, case: dict, seed: int, outs: dict):
         for oc, ob in zip(outs["c"], outs["b"]):

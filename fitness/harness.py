@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import OrderedDict
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -42,41 +41,15 @@ def nbytes(args) -> int:
     return sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))
 
 
-def draw_inputs(task, case: dict, seed: int) -> tuple:
-    """The case's inputs on the host, from `seed`; a dtype that is not torch's ("given"): the
-    suite's inputs come in their own dtypes."""
-    return task.make_inputs(case["shape"], getattr(torch, case["dtype"], None), torch.Generator().manual_seed(seed))
-
-
-class InputCache:
-    """Task inputs by case, kept on the host: every candidate of a task gets the same inputs,
-    and generating large random tensors costs more than copying them. A worker serves every
-    task in turn, so past the byte budget the least recently used case goes first."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self.items: OrderedDict = OrderedDict()
-        self.bytes = 0
-
-    def get(self, task, case: dict) -> tuple:
-        key = task.case_key(case)
-        if key in self.items:
-            self.items.move_to_end(key)
-            return self.items[key]
-        value = self.draw(task, case)
-        size = self.size(value)
-        while self.items and self.bytes + size > self.max_bytes:
-            self.bytes -= self.size(self.items.popitem(last=False)[1])
-        if size <= self.max_bytes:
-            self.items[key] = value
-            self.bytes += size
-        return value
-
-    def draw(self, task, case: dict):
-        return draw_inputs(task, case, case["seed"])
-
-    def size(self, value) -> int:
-        return nbytes(value)
+def draw_inputs(task, case: dict, seed: int, device: str = "cpu") -> tuple:
+    """The case's inputs from `seed`, on `device` where the task can draw there (else on the
+    host); a dtype that is not torch's ("given"): the suite's inputs come in their own dtypes.
+    The same (task, case, seed, device) gives the same values in every process."""
+    dtype = getattr(torch, case["dtype"], None)
+    if device == "cpu" or not task.device_inputs:
+        return task.make_inputs(case["shape"], dtype, torch.Generator().manual_seed(seed))
+    with torch.device(device):
+        return task.make_inputs(case["shape"], dtype, torch.Generator(device).manual_seed(seed))
 
 
 class LaunchHook:

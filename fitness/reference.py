@@ -1,17 +1,13 @@
 """float64 references computed in the engine process, cached by case.
 
-References are deterministic given (task, shape, dtype, seed), so a run computes each once; the
-cache is bounded in bytes and can be shared between evaluators. The candidates of a generation
-arrive together and all want the same references: one thread computes a case while the others
-wait for it, and one case is computed at a time (each already uses all of torch's CPU threads;
-seen on the H100 machine: 15 tasks computing theirs at once made each comparison take 20 s).
-On a GPU machine they are computed on the GPU (a float64 matmul there takes milliseconds, on
-the CPU seconds) and kept in host memory; a reference that cannot run on the GPU runs on the CPU.
-
-The default bound is a quarter of the machine's memory, at most 32 GiB: the builtin suite's
-GPU-sized references take about 9 GiB (float64, both seeds), and a bound below a generation's
-working set makes the tasks evict each other's references and compute them again and again (seen on the H100:
-with 4 GiB, comparison waited 3 s per candidate and the timing worker idled).
+Seeds are fresh for every evaluation (fitness.evaluator), so a reference is rarely asked for
+twice; the cache keeps the ones computed lately, bounded in bytes, and makes threads that ask
+for the same case at once wait for one computation. One case is computed at a time (each
+already uses all of torch's CPU threads; seen on the H100 machine: 15 tasks computing theirs at
+once made each comparison take 20 s). On a GPU machine the inputs are drawn and the references
+computed and kept on the GPU, where the outputs are compared (a float64 matmul there takes
+milliseconds, on the CPU seconds; drawing 64M elements on the CPU ~0.5 s); a reference that
+cannot run on the GPU runs on the CPU from the same inputs.
 """
 from __future__ import annotations
 
@@ -25,6 +21,8 @@ from fitness.compare import as_list, dtype_name
 from fitness.harness import draw_inputs
 from suites.task import Task
 
+DEVICE_BYTES = 2 << 30
+
 
 def default_bytes() -> int:
     try:
@@ -36,7 +34,9 @@ def default_bytes() -> int:
 
 class ReferenceCache:
     def __init__(self, max_bytes: int | None = None, device: str = "cpu"):
-        self.max_bytes = default_bytes() if max_bytes is None else max_bytes
+        if max_bytes is None:  # on the GPU: little, since fresh seeds leave little to reuse
+            max_bytes = default_bytes() if device == "cpu" else DEVICE_BYTES
+        self.max_bytes = max_bytes
         self.device = device
         self._items: OrderedDict = OrderedDict()
         self._bytes = 0
@@ -70,22 +70,23 @@ class ReferenceCache:
 
 
 def compute(task: Task, case: dict, device: str = "cpu"):
-    # drawn on the CPU from the case's seed by the worker's own function
-    args = draw_inputs(task, case, case["seed"])
+    """Drawn from the case's seed by the workers' own function, on the device they draw on;
+    on a GPU the reference stays there, where the outputs are compared."""
+    args = draw_inputs(task, case, case["seed"], device if device.startswith("cuda") else "cpu")
     expected = expected_outputs(task, args)
     if device != "cpu":
         try:
             return _float64_reference(task, args, device), expected
         except Exception:  # noqa: BLE001 - e.g. a reference that makes CPU tensors of its own
             pass
-    return _float64_reference(task, args, "cpu"), expected
+    return [r.cpu() for r in _float64_reference(task, args, "cpu")], expected  # the same values, on the CPU
 
 
 def _float64_reference(task: Task, args, device: str) -> list[torch.Tensor]:
     up = [a.to(device, torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point()
           else a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
     with torch.no_grad():
-        return [r.detach().cpu() for r in as_list(task.reference(*up))]
+        return [r.detach() for r in as_list(task.reference(*up))]
 
 
 def expected_outputs(task: Task, args) -> list[tuple[str, tuple]]:

@@ -47,6 +47,10 @@ class Task:
     # smaller shapes for the Triton interpreter on CPU, where GPU sizes would take minutes
     interpreter_shapes: ShapeSet | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
+    # make_inputs makes every tensor with torch factory functions and the generator it is given,
+    # so under `torch.device("cuda")` with a CUDA generator it draws on the GPU: on the H100 a
+    # 64M-element randn took the CPU ~0.5 s, each time, in each process, for every fresh seed
+    device_inputs: bool = False
     # data-backed suites: a suites.script.ScriptRunner that the worker calls instead of `entry` on
     # `make_inputs`; the reference is then `start_source` run the same way, not a torch function
     script: Any = None

@@ -1,6 +1,7 @@
 """The builtin suite: tasks written for triton-evolve, one module each."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 
@@ -14,5 +15,6 @@ def load(path: str | None = None) -> dict[str, Task]:
         if info.name in ("common", "start"):
             continue
         task = importlib.import_module(f"{__name__}.{info.name}").TASK
+        task = dataclasses.replace(task, device_inputs=True)  # all draw through their generator
         tasks[task.name] = task
     return tasks
