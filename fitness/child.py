@@ -69,10 +69,12 @@ class Child:
         if self.started:
             return
         self.started = True
+        t0 = time.perf_counter()
         x = torch.randn(64, 64, device=self.device)
         (x @ x).sum().item()
         if self.device == "cuda":
             torch.cuda.set_per_process_memory_fraction(float(os.environ.get("TE_GPU_MEM_FRACTION", "0.8")))
+        self._tick("device_start", t0)
         limit = int(os.environ.get("TE_MEM_LIMIT_BYTES", "0"))
         if limit and self.device == "cpu":
             # address-space cap: breaks CUDA, so only on CPU; the engine watches RSS too
@@ -313,16 +315,16 @@ class Child:
                 return replayer.run(args)
         else:
             fn = self._baseline(task, req.get("baseline_source"))
-        self.sides[int(req.get("slot", 0))] = TimedSide(fn, draws)
-        reply = {}
+        side = self.sides[int(req.get("slot", 0))] = TimedSide(fn, draws)
+        reply = side.calibrate()  # warm-up (launcher, module load) and the time of one call
         if req.get("trace") is None:  # the cost model is suite code: the clean side runs it
             reply["cost"] = list(task.cost(case["shape"], case["dtype"]))
         return reply
 
     def time_open(self, req: dict) -> dict:
-        """The measuring turn begins: warm-up and the time of one call, on the prepared slot."""
+        """The measuring turn begins on a prepared slot."""
         self.side = self.sides.pop(int(req.get("slot", 0)))
-        return self.side.calibrate()
+        return {}
 
     def peaks(self, req: dict) -> dict:
         """Measured ceilings: device-to-device copy bandwidth and bf16 matmul rate."""
@@ -344,7 +346,10 @@ class Child:
         return task.reference
 
     def time_sets(self, req: dict) -> dict:
-        return {"method": self.side.prepare(int(req["n_sets"]), bool(req.get("graph", True)))}
+        """The input sets and (graph) the captured region: of the shape being measured, or of a
+        prepared `slot` ahead of its turn."""
+        side = self.sides[int(req["slot"])] if "slot" in req else self.side
+        return {"method": side.prepare(int(req["n_sets"]), bool(req.get("graph", True)))}
 
     def trial(self, req: dict) -> dict:
         return {"ms": self.side.trial(int(req["k"]))}

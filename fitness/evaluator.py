@@ -52,6 +52,10 @@ def _fresh_seed() -> int:
     return secrets.randbelow(2**31 - 1)
 
 
+def _shape_key(task: Task, case: dict) -> tuple:
+    return task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"]
+
+
 def _trace_key(case: dict) -> tuple:
     """One trace per (split, shape, dtype): the last seed's call (autotuning and compiles done)."""
     return case["split"], repr(sorted(case["shape"].items())), case["dtype"]
@@ -115,10 +119,15 @@ class Evaluator:
         self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.triton_cache)
         # one measuring turn per GPU (the baseline lock): the replay children and the baseline child take
         # turns in it, while the next candidates' replay children get ready beside it
-        self.timer = WorkerPool(TIMING_CHILDREN, self.sandbox, False, mem, config.triton_cache) if self.gpu else None
-        self.baseline = WorkerPool(1, self.sandbox, False, mem, config.triton_cache) if self.gpu else None
+        clean = {"sandbox": self.sandbox, "interpret": False, "mem_limit_bytes": mem,
+                 "triton_cache": config.triton_cache, "clean": True}
+        self.timer = WorkerPool(TIMING_CHILDREN, **clean) if self.gpu else None
+        self.baseline = WorkerPool(1, **clean) if self.gpu else None
         self._baseline_child = None
         self._baseline_lock = threading.Lock()
+        # the baseline's calibration per shape (one call's time, input bytes): from it the next
+        # candidate's replay child makes its input sets and graph before its measuring turn
+        self._baseline_cal: dict[tuple, dict] = {}
         self._peak_figures = None
         self.references = references or ReferenceCache(config.reference_cache_bytes,
                                                        "cuda" if self.gpu else "cpu")
@@ -442,29 +451,42 @@ class Evaluator:
             self._baseline_child = None
 
     def _prepare(self, task: Task, slot: int, case: dict, trace: dict, replay) -> dict:
-        """One shape's replay side made ready; the plan the measuring turn follows."""
-        plan = {"slot": slot, "case": case, "seeds": [_fresh_seed() for _ in range(3)]}
-        opening = {"op": "time_prepare", "task": self._task_spec(task), "slot": slot,
-                   "case": {**case, "seed": plan["seeds"][0]}, "seeds": plan["seeds"]}
-        _ok(replay.request({**opening, "trace": trace}, self.config.timing_timeout_s), "c")
-        plan["opening"] = opening
-        return plan
+        """One shape's replay side made ready outside the measuring turn: inputs drawn, kernels
+        warmed and, when the baseline's calibration for this shape is known from an earlier
+        candidate, the input sets made and the graph captured. The plan the turn follows."""
+        seeds = [_fresh_seed() for _ in range(3)]
+        opening = {"op": "time_prepare", "task": self._task_spec(task), "case": {**case, "seed": seeds[0]},
+                   "seeds": seeds}
+        known = self._baseline_cal.get(_shape_key(task, case))
+        cal = _ok(replay.request({**opening, "slot": slot, "trace": trace}, self.config.timing_timeout_s), "c")
+        n = self._n_sets(known, cal) if known else 0
+        if n:
+            sets = {"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}
+            cal = {**cal, **_ok(replay.request(sets, self.config.timing_timeout_s), "c")}
+        return {"slot": slot, "case": case, "seeds": seeds, "opening": opening, "cal": cal, "n": n}
+
+    @staticmethod
+    def _n_sets(base: dict, cand: dict) -> int:
+        return n_sets_for(base["in_bytes"], max(cand["t_one_ms"], base["t_one_ms"]), base["l2_bytes"])
 
     def _measure(self, task: Task, plan: dict, replay) -> dict:
-        """One shape, inside the measuring turn: both sides warmed and calibrated, then trials
-        alternating between them, each bounded by the engine's clock, then the timed regions'
-        outputs checked."""
+        """One shape, inside the measuring turn: the baseline warmed and calibrated, both sides'
+        input sets ready, then trials alternating between them, each bounded by the engine's
+        clock, then the timed regions' outputs checked."""
         timeout = self.config.timing_timeout_s
         base_src = task.start_source if self.config.baseline == "start" and task.script is None else None
-        base = self._baseline_side()
-        sides = {"c": replay, "b": base}
-        prepared = _ok(base.request({**plan["opening"], "slot": 0, "baseline_source": base_src}, timeout), "b")
-        cal = {k: _ok(side.request({"op": "time_open", "slot": plan["slot"] if k == "c" else 0}, timeout), k)
-               for k, side in sides.items()}
-        cal["b"]["cost"] = prepared.get("cost")
-        n = n_sets_for(cal["b"]["in_bytes"], max(cal["c"]["t_one_ms"], cal["b"]["t_one_ms"]), cal["b"]["l2_bytes"])
-        methods = {k: _ok(s.request({"op": "time_sets", "n_sets": n, "graph": True}, timeout), k)["method"]
-                   for k, s in sides.items()}
+        sides = {"c": replay, "b": self._baseline_side()}
+        cal = {"c": plan["cal"], "b": _ok(sides["b"].request({**plan["opening"], "slot": 0,
+                                                             "baseline_source": base_src}, timeout), "b")}
+        self._baseline_cal[_shape_key(task, plan["case"])] = cal["b"]
+        _ok(replay.request({"op": "time_open", "slot": plan["slot"]}, timeout), "c")
+        _ok(sides["b"].request({"op": "time_open", "slot": 0}, timeout), "b")
+        n = plan["n"] or self._n_sets(cal["b"], cal["c"])
+        methods = {"c": plan["cal"]["method"]} if plan["n"] else {}
+        for k in ("c", "b"):
+            if k not in methods:
+                reply = sides[k].request({"op": "time_sets", "n_sets": n, "graph": True}, timeout)
+                methods[k] = _ok(reply, k)["method"]
         if len(set(methods.values())) > 1:  # both sides alike: eager when either cannot be captured
             methods = {k: _ok(s.request({"op": "time_sets", "n_sets": n, "graph": False}, timeout), k)["method"]
                        for k, s in sides.items()}

@@ -5,8 +5,10 @@ network); each child then takes, where the kernel allows unprivileged namespaces
 - its own user and mount namespaces (not a PID namespace: CUDA does not start in one), its own
   session, and a cap on processes, so a fork bomb stays small and dies with its process group;
 - a fresh tmpfs as its only writable folder (TMPDIR, the Triton cache, HOME), with the
-  zygote's /tmp and the shared Triton cache remounted read-only: nothing one candidate writes
-  is seen by another, or by a later run;
+  zygote's /tmp and the shared Triton cache remounted read-only (a candidate child reads it
+  through fitness.cachelayer): nothing one candidate writes is seen by another, or by a later
+  run. Clean children (the baseline, the timing replays: no candidate's host code) keep the
+  shared cache writable, so launchers are built once;
 - resource limits: open files, file size (a flood of output fails instead of filling a disk),
   no core dumps.
 Where namespaces are not available the child still gets a private folder and the limits, and
@@ -86,16 +88,19 @@ def set_limits():
     resource.setrlimit(resource.RLIMIT_NOFILE, (cap, hard))
 
 
-def private_env(root: str):
+def private_env(root: str, keep_cache: bool = False):
+    """Temporary files, HOME and (unless `keep_cache`: a clean child) the Triton cache in `root`."""
     for sub in ("tmp", "triton", "home"):
         os.makedirs(os.path.join(root, sub), exist_ok=True)
-    os.environ.update(TMPDIR=os.path.join(root, "tmp"), TRITON_CACHE_DIR=os.path.join(root, "triton"),
-                      TRITON_HOME=os.path.join(root, "home"), HOME=os.path.join(root, "home"))
+    os.environ.update(TMPDIR=os.path.join(root, "tmp"), TRITON_HOME=os.path.join(root, "home"),
+                      HOME=os.path.join(root, "home"))
+    if not keep_cache:
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(root, "triton")
     tempfile.tempdir = None
     os.chdir(root)
 
 
-def confine(read_only: tuple[str, ...]) -> str:
+def confine(read_only: tuple[str, ...], keep_cache: bool = False) -> str:
     """How this process is confined (it goes into the verdict)."""
     try:
         root = enter_namespaces(read_only)
@@ -103,5 +108,5 @@ def confine(read_only: tuple[str, ...]) -> str:
     except OSError as e:
         root = tempfile.mkdtemp(prefix="te-child-")
         how = f"a private folder only (namespaces refused: {e})"
-    private_env(root)
+    private_env(root, keep_cache)
     return how

@@ -47,9 +47,10 @@ class Cancelled(Exception):
 class Zygote:
     """The pool's clean process; it forks children and runs nothing else."""
 
-    def __init__(self, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int, triton_cache: str | None = None):
+    def __init__(self, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int, triton_cache: str | None = None,
+                 clean: bool = False):
         self.sandbox, self.interpret, self.mem_limit = sandbox, interpret, mem_limit_bytes
-        self.triton_cache = triton_cache
+        self.triton_cache, self.clean = triton_cache, clean
         self.proc = None
         self.ctl = None
         self._lock = threading.Lock()
@@ -60,7 +61,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
         argv = self.sandbox.wrap([sys.executable, "-m", "fitness.zygote", str(theirs.fileno())])
-        env = worker_env(self.interpret, self.mem_limit, self.triton_cache)
+        env = worker_env(self.interpret, self.mem_limit, self.triton_cache, self.clean)
         # started from one long-lived thread: bubblewrap's --die-with-parent is a parent-death
         # signal, which Linux sends when the *thread* that started the child ends
         self.proc = _SPAWNER.submit(subprocess.Popen, argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
@@ -232,9 +233,10 @@ class WorkerPool:
     """`size` slots over one zygote; callers wait, in order, for a free slot."""
 
     def __init__(self, size: int, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int,
-                 triton_cache: str | None = None):
+                 triton_cache: str | None = None, clean: bool = False):
+        """`clean`: for children that never import a candidate (fitness.sandbox.worker_env)."""
         self.size = size
-        self.zygote = Zygote(sandbox, interpret, mem_limit_bytes, triton_cache)
+        self.zygote = Zygote(sandbox, interpret, mem_limit_bytes, triton_cache, clean)
         self._free = threading.Condition()
         self._idle = size
         self._waiting: list[tuple] = []  # heap of (order, ticket): who is served next

@@ -77,9 +77,19 @@ def _needed_paths() -> set[str]:
     return {os.path.realpath(p) if os.path.exists(p) else p for p in paths} | paths
 
 
-def worker_env(interpret: bool, mem_limit_bytes: int, triton_cache: str | None = None) -> dict:
+def worker_env(interpret: bool, mem_limit_bytes: int, triton_cache: str | None = None, clean: bool = False) -> dict:
+    """The zygote's environment. `clean`: its children never import a candidate (the baseline,
+    the timing replays) and write the shared Triton cache; the others read it through their own
+    private layer (fitness.cachelayer)."""
     env = dict(os.environ)
     env["TRITON_CACHE_DIR"] = str(triton_cache_dir(triton_cache))
+    if clean:
+        env["TE_CLEAN"] = "1"
+        env.pop("TRITON_CACHE_MANAGER", None)
+    else:
+        env.pop("TE_CLEAN", None)
+        env["TE_SHARED_TRITON_CACHE"] = env["TRITON_CACHE_DIR"]
+        env["TRITON_CACHE_MANAGER"] = "fitness.cachelayer:ReadThroughCache"
     env["PYTHONUNBUFFERED"] = "1"
     env["TE_MEM_LIMIT_BYTES"] = str(mem_limit_bytes)
     env["TE_DEVICE"] = "cpu" if interpret else "cuda"

@@ -20,7 +20,7 @@ import sys
 PR_SET_PDEATHSIG = 1
 
 
-def _serve_child(conn_fd: int, log_fd: int, read_only: tuple[str, ...], state) -> None:
+def _serve_child(conn_fd: int, log_fd: int, read_only: tuple[str, ...], clean: bool, state) -> None:
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -29,7 +29,7 @@ def _serve_child(conn_fd: int, log_fd: int, read_only: tuple[str, ...], state) -
         os.closerange(lo + 1, hi)
     from fitness.isolation import confine, set_limits
 
-    how = confine(read_only)
+    how = confine(read_only, keep_cache=clean)
     # this process waits and logs how the child ended (the engine, not its parent, cannot wait
     # for it); the child dies with it
     pid = os.fork()
@@ -67,7 +67,8 @@ def main():
     hook.install()
     state = (hook, Snapshot(hook))
     os.makedirs(PRIVATE_MOUNT, exist_ok=True)
-    read_only = tuple(p for p in ("/tmp", os.environ.get("TRITON_CACHE_DIR", "")) if p)
+    clean = os.environ.get("TE_CLEAN") == "1"  # its children may write the shared Triton cache
+    read_only = tuple(p for p in ("/tmp", "" if clean else os.environ.get("TRITON_CACHE_DIR", "")) if p)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     ctl.send(json.dumps({"op": "ready", "pid": os.getpid()}).encode())
     while True:
@@ -86,7 +87,7 @@ def main():
         if pid == 0:
             ctl.close()
             try:
-                _serve_child(fds[0], fds[1], read_only, state)
+                _serve_child(fds[0], fds[1], read_only, clean, state)
             except BaseException:  # noqa: BLE001 - into the child's log, for the engine's note
                 import traceback
 

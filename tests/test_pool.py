@@ -75,3 +75,32 @@ def test_what_a_child_writes_to_tmp_is_gone_for_the_next_child(pool):
             "def softmax(x):\n    return x\n"
     assert "error" not in _import(pool, check)
     assert not os.path.exists(os.path.join("/tmp", marker))
+
+
+def test_a_candidate_child_reads_the_shared_triton_cache_and_writes_only_its_own(tmp_path):
+    """Launchers built by clean children are found; what a candidate builds, or writes on
+    purpose, never lands in the shared cache."""
+    from triton.runtime.cache import _base32
+
+    shared = tmp_path / "cache"
+    (shared / _base32("ab12")).mkdir(parents=True)
+    (shared / _base32("ab12") / "entry.txt").write_text("built by a clean child")
+    src = ("import os\nfrom triton.runtime.cache import get_cache_manager\n"
+           "m = get_cache_manager('ab12')\n"
+           "assert open(m.get_file('entry.txt')).read() == 'built by a clean child'\n"
+           "m.put(b'mine', 'new.bin')\nassert open(m.get_file('new.bin'), 'rb').read() == b'mine'\n"
+           "try:\n    open(os.path.join(os.environ['TE_SHARED_TRITON_CACHE'], 'planted'), 'w').write('x')\n"
+           "    PLANTED = True\nexcept OSError:\n    PLANTED = False\n"
+           "assert not PLANTED or 'TE_STRICT' not in os.environ\n"
+           "def softmax(x):\n    return x\n")
+    p = WorkerPool(1, detect(True), True, 4 << 30, str(shared))
+    try:
+        with p.child() as child:
+            strict = child.info.get("how", "").startswith("own user")
+            reply = child.request({"op": "import", "task": SPEC,
+                                   "source": src.replace("'TE_STRICT' not in os.environ", str(not strict))}, 60)
+    finally:
+        p.close()
+    assert "error" not in reply, reply
+    left = sorted(f.name for f in (shared / _base32("ab12")).iterdir())
+    assert left == ["entry.txt"] if strict else "new.bin" not in left
