@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections import OrderedDict
 
 import torch
 
@@ -42,6 +43,8 @@ from suites.script import ZeroedEmpty, for_here, tensors_of, to_wire
 # written by compute ops: a row reduction such as logsumexp writes few elements but reads all)
 TORCH_WORK_SHARE = 0.01
 TRACE_CHARS = 4000
+# GPU memory a timing child keeps in prepared shapes (input sets up to 2 GiB each, fitness.timing)
+KEEP_SIDES_BYTES = 12 << 30
 
 
 def _trim_trace(exc: BaseException) -> str:
@@ -59,7 +62,9 @@ class Child:
         self.module = None
         self.warmed: set = set()
         self.side: TimedSide | None = None  # the shape being measured
-        self.sides: dict[int, TimedSide] = {}  # shapes prepared for a later turn
+        # shapes prepared for a later turn, by slot; the baseline child keeps its sides across
+        # candidates (one per shape and epoch of draws), the least recently used dropped past a budget
+        self.sides: OrderedDict[str, TimedSide] = OrderedDict()
         self.phase_ms: dict[str, float] = {}
         self.started = False
         self.cases_run = 0
@@ -315,16 +320,31 @@ class Child:
                 return replayer.run(args)
         else:
             fn = self._baseline(task, req.get("baseline_source"))
-        side = self.sides[int(req.get("slot", 0))] = TimedSide(fn, draws)
+        side = TimedSide(fn, draws)
         reply = side.calibrate()  # warm-up (launcher, module load) and the time of one call
         if req.get("trace") is None:  # the cost model is suite code: the clean side runs it
             reply["cost"] = list(task.cost(case["shape"], case["dtype"]))
+        side.cal = reply
+        self.sides[str(req["slot"])] = side
+        self._trim(str(req["slot"]))
         return reply
 
+    def _trim(self, keep: str):
+        """Least recently used sides dropped (never `keep`) until the kept ones fit the budget."""
+        total = sum(s.nbytes() for s in self.sides.values())
+        for slot in [k for k in self.sides if k != keep]:
+            if total <= KEEP_SIDES_BYTES:
+                break
+            total -= self.sides.pop(slot).nbytes()
+
     def time_open(self, req: dict) -> dict:
-        """The measuring turn begins on a prepared slot."""
-        self.side = self.sides.pop(int(req.get("slot", 0)))
-        return {}
+        """The measuring turn begins on a prepared slot: what it holds, or that it is gone."""
+        slot = str(req["slot"])
+        if slot not in self.sides:
+            return {"missing": True}
+        self.sides.move_to_end(slot)
+        self.side = self.sides[slot]
+        return {"cal": self.side.cal, "method": self.side.method, "n_sets": len(self.side.sets)}
 
     def peaks(self, req: dict) -> dict:
         """Measured ceilings: device-to-device copy bandwidth and bf16 matmul rate."""
@@ -346,17 +366,20 @@ class Child:
         return task.reference
 
     def time_sets(self, req: dict) -> dict:
-        """The input sets and (graph) the captured region: of the shape being measured, or of a
-        prepared `slot` ahead of its turn."""
-        side = self.sides[int(req["slot"])] if "slot" in req else self.side
-        return {"method": side.prepare(int(req["n_sets"]), bool(req.get("graph", True)))}
+        """The input sets and (graph) the captured region of a prepared slot."""
+        method = self.sides[str(req["slot"])].prepare(int(req["n_sets"]), bool(req.get("graph", True)))
+        self._trim(str(req["slot"]))
+        return {"method": method}
 
     def trial(self, req: dict) -> dict:
         return {"ms": self.side.trial(int(req["k"]))}
 
     def time_check(self, req: dict) -> dict:
-        outs = self.side.check([int(i) for i in req["picks"]])
-        self.side = None  # its input sets freed before the next shape's
+        """Outputs of the picked sets on the third draw; `drop`: the slot is done with."""
+        slot = str(req["slot"])
+        outs = self.sides[slot].check([int(i) for i in req["picks"]])
+        if req.get("drop", True):
+            del self.sides[slot]
         return {"outputs": [to_wire(o) for o in outs]}
 
     # -------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ as early filters with clear messages for honest mistakes; no verdict depends on 
 """
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import secrets
@@ -40,6 +41,7 @@ from fitness.verdict import Verdict, speedup_from_rows
 from suites.task import Task
 
 TIMING_CHILDREN = 3  # one measuring, two getting ready
+EPOCH_USES = 16  # candidates timed on one set of draws (and one prepared baseline side) per shape
 TORCH_WORK_SHARE = 0.01  # torch work (elements read or written) allowed beside the kernels, as a share of outputs
 
 
@@ -128,6 +130,9 @@ class Evaluator:
         # the baseline's calibration per shape (one call's time, input bytes): from it the next
         # candidate's replay child makes its input sets and graph before its measuring turn
         self._baseline_cal: dict[tuple, dict] = {}
+        self._epochs: dict[tuple, dict] = {}  # per shape: the draws both sides are timed on now
+        self._epoch_lock = threading.Lock()
+        self._epoch_ids = itertools.count()
         self._peak_figures = None
         self.references = references or ReferenceCache(config.reference_cache_bytes,
                                                        "cuda" if self.gpu else "cpu")
@@ -409,15 +414,16 @@ class Evaluator:
         rows = []
         try:
             with self.timer.child(cancel, order) as replay:
-                # outside the measuring turn: the replay child starts CUDA, loads the kernels and
-                # draws every shape's inputs while another candidate is being measured
+                # outside the measuring turn: the replay child starts CUDA, loads the kernels, draws
+                # every shape's inputs, warms up and captures, while another candidate is measured
                 plans = [self._prepare(task, slot, case, trace, replay) for slot, (case, trace) in enumerate(timed)]
                 t1 = time.monotonic()
                 with self._baseline_lock:
                     t2 = time.monotonic()
-                    for plan in plans:
-                        rows.append(self._measure(task, plan, replay))
+                    rows = [self._measure(task, plan, replay) for plan in plans]
                     t3 = time.monotonic()
+                for plan in plans:  # after the turn: only the engine's reference is needed
+                    self._check_replay(task, plan, replay)
         except (WorkerFailure, TimingRejected) as e:
             v.reason = f"timing: {e}"
             v.correct = False  # a kernel that cannot be timed (hang, crash, a failed check) is no parent
@@ -437,6 +443,92 @@ class Evaluator:
             v.flags.append("noisy-timing")
         v.stage = "timed"
 
+    def _epoch(self, task: Task, case: dict) -> dict:
+        """The draws this shape is timed on now. Both sides run the same three draws; the
+        baseline child keeps its side (inputs, graph) for EPOCH_USES candidates, then fresh ones
+        are drawn. Sound because only the clean processes ever see these inputs."""
+        key = _shape_key(task, case)
+        with self._epoch_lock:
+            ep = self._epochs.get(key)
+            if ep is None or ep["uses"] >= EPOCH_USES:
+                known = self._baseline_cal.get(key)
+                ep = self._epochs[key] = {"id": next(self._epoch_ids), "seeds": [_fresh_seed() for _ in range(3)],
+                                          "n": self._n_sets(known) if known else 0, "uses": 0}
+            ep["uses"] += 1
+            return dict(ep)
+
+    def _prepare(self, task: Task, slot: int, case: dict, trace: dict, replay) -> dict:
+        """One shape's replay side made ready outside the measuring turn: inputs drawn, kernels
+        warmed and, when the number of input sets is known, the sets made and the graph captured.
+        The plan the turn follows."""
+        ep = self._epoch(task, case)
+        opening = {"op": "time_prepare", "task": self._task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
+                   "seeds": ep["seeds"]}
+        cal = _ok(replay.request({**opening, "slot": slot, "trace": trace}, self.config.timing_timeout_s), "c")
+        method = ""
+        if ep["n"]:
+            sets = {"op": "time_sets", "slot": slot, "n_sets": ep["n"], "graph": True}
+            method = _ok(replay.request(sets, self.config.timing_timeout_s), "c")["method"]
+        return {"slot": slot, "case": case, "epoch": ep, "opening": opening, "cal": cal, "n": ep["n"],
+                "method": method}
+
+    def _n_sets(self, base: dict) -> int:
+        """Input sets per timed region, from the baseline's calibration of the shape."""
+        return n_sets_for(base["in_bytes"], base["t_one_ms"], base["l2_bytes"])
+
+    def _baseline_open(self, task: Task, plan: dict, base) -> dict:
+        """The baseline's side of this shape and epoch: kept from an earlier candidate, or
+        prepared now (draws, warm-up, calibration, input sets, graph)."""
+        timeout = self.config.timing_timeout_s
+        slot = f"epoch{plan['epoch']['id']}"
+        opened = _ok(base.request({"op": "time_open", "slot": slot}, timeout), "b")
+        if not opened.get("missing"):
+            return opened
+        base_src = task.start_source if self.config.baseline == "start" and task.script is None else None
+        cal = _ok(base.request({**plan["opening"], "slot": slot, "baseline_source": base_src}, timeout), "b")
+        key = _shape_key(task, plan["case"])
+        self._baseline_cal[key] = cal
+        n = plan["n"] or self._n_sets(cal)
+        with self._epoch_lock:
+            ep = self._epochs.get(key)
+            if ep is not None and ep["id"] == plan["epoch"]["id"]:
+                ep["n"] = n  # later candidates of this epoch capture before their turn
+        _ok(base.request({"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}, timeout), "b")
+        return _ok(base.request({"op": "time_open", "slot": slot}, timeout), "b")
+
+    def _measure(self, task: Task, plan: dict, replay) -> dict:
+        """One shape, inside the measuring turn: both sides' input sets ready, then trials
+        alternating between them, each bounded by the engine's clock."""
+        timeout = self.config.timing_timeout_s
+        sides = {"c": replay, "b": self._baseline_side()}
+        b = self._baseline_open(task, plan, sides["b"])
+        n, methods = b["n_sets"], {"b": b["method"], "c": plan["method"]}
+        if plan["n"] != n or not plan["method"]:
+            methods["c"] = _ok(replay.request({"op": "time_sets", "slot": plan["slot"], "n_sets": n, "graph": True},
+                                              timeout), "c")["method"]
+        slots = {"c": plan["slot"], "b": f"epoch{plan['epoch']['id']}"}
+        if len(set(methods.values())) > 1:  # both sides alike: eager when either cannot be captured
+            methods = {k: _ok(s.request({"op": "time_sets", "slot": slots[k], "n_sets": n, "graph": False},
+                                        timeout), k)["method"] for k, s in sides.items()}
+        for k, side in sides.items():
+            _ok(side.request({"op": "time_open", "slot": slots[k]}, timeout), k)
+        times = self._trials(sides, n)
+        plan["picks"] = sorted({0, n - 1, random.randrange(n)})
+        if task.script is not None:  # the suite's kernel is the oracle: its outputs, inside the turn
+            outs = {k: _ok(s.request({"op": "time_check", "picks": plan["picks"], "drop": k == "c",
+                                      "slot": slots[k]}, timeout), k)["outputs"] for k, s in sides.items()}
+            self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], outs)
+            plan["checked"] = True
+        return _row(task, plan["case"], times, methods["c"], n, self.config.trials, {"c": plan["cal"], "b": b["cal"]})
+
+    def _check_replay(self, task: Task, plan: dict, replay):
+        """The timed replay's outputs on the third draw, against the engine's own reference."""
+        if plan.get("checked"):
+            return
+        req = {"op": "time_check", "slot": plan["slot"], "picks": plan["picks"]}
+        outs = _ok(replay.request(req, self.config.timing_timeout_s), "c")["outputs"]
+        self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], {"c": outs, "b": outs})
+
     def _baseline_side(self):
         """The long-lived baseline child: it loads only the suite's code, never a candidate's."""
         if self._baseline_child is None or self._baseline_child.dead:
@@ -449,53 +541,6 @@ class Evaluator:
         if self._baseline_child is not None:
             self._baseline_cm.__exit__(None, None, None)
             self._baseline_child = None
-
-    def _prepare(self, task: Task, slot: int, case: dict, trace: dict, replay) -> dict:
-        """One shape's replay side made ready outside the measuring turn: inputs drawn, kernels
-        warmed and, when the baseline's calibration for this shape is known from an earlier
-        candidate, the input sets made and the graph captured. The plan the turn follows."""
-        seeds = [_fresh_seed() for _ in range(3)]
-        opening = {"op": "time_prepare", "task": self._task_spec(task), "case": {**case, "seed": seeds[0]},
-                   "seeds": seeds}
-        known = self._baseline_cal.get(_shape_key(task, case))
-        cal = _ok(replay.request({**opening, "slot": slot, "trace": trace}, self.config.timing_timeout_s), "c")
-        n = self._n_sets(known, cal) if known else 0
-        if n:
-            sets = {"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}
-            cal = {**cal, **_ok(replay.request(sets, self.config.timing_timeout_s), "c")}
-        return {"slot": slot, "case": case, "seeds": seeds, "opening": opening, "cal": cal, "n": n}
-
-    @staticmethod
-    def _n_sets(base: dict, cand: dict) -> int:
-        return n_sets_for(base["in_bytes"], max(cand["t_one_ms"], base["t_one_ms"]), base["l2_bytes"])
-
-    def _measure(self, task: Task, plan: dict, replay) -> dict:
-        """One shape, inside the measuring turn: the baseline warmed and calibrated, both sides'
-        input sets ready, then trials alternating between them, each bounded by the engine's
-        clock, then the timed regions' outputs checked."""
-        timeout = self.config.timing_timeout_s
-        base_src = task.start_source if self.config.baseline == "start" and task.script is None else None
-        sides = {"c": replay, "b": self._baseline_side()}
-        cal = {"c": plan["cal"], "b": _ok(sides["b"].request({**plan["opening"], "slot": 0,
-                                                             "baseline_source": base_src}, timeout), "b")}
-        self._baseline_cal[_shape_key(task, plan["case"])] = cal["b"]
-        _ok(replay.request({"op": "time_open", "slot": plan["slot"]}, timeout), "c")
-        _ok(sides["b"].request({"op": "time_open", "slot": 0}, timeout), "b")
-        n = plan["n"] or self._n_sets(cal["b"], cal["c"])
-        methods = {"c": plan["cal"]["method"]} if plan["n"] else {}
-        for k in ("c", "b"):
-            if k not in methods:
-                reply = sides[k].request({"op": "time_sets", "n_sets": n, "graph": True}, timeout)
-                methods[k] = _ok(reply, k)["method"]
-        if len(set(methods.values())) > 1:  # both sides alike: eager when either cannot be captured
-            methods = {k: _ok(s.request({"op": "time_sets", "n_sets": n, "graph": False}, timeout), k)["method"]
-                       for k, s in sides.items()}
-        times = self._trials(sides, n)
-        picks = sorted({0, n - 1, random.randrange(n)})
-        outs = {k: _ok(s.request({"op": "time_check", "picks": picks}, timeout), k)["outputs"]
-                for k, s in sides.items()}
-        self._check_timed_outputs(task, plan["case"], plan["seeds"][2], outs)
-        return _row(task, plan["case"], times, methods["c"], n, self.config.trials, cal)
 
     def _trials(self, sides: dict, n: int) -> dict[str, list[float]]:
         """Alternating trials, the order flipped each round; each reported time must fit inside

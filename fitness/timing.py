@@ -41,17 +41,30 @@ def n_sets_for(in_bytes: int, t_one_ms: float, l2_bytes: int) -> int:
     return int(max(1, min(n, MAX_SETS, SET_BUDGET_BYTES // max(in_bytes, 1))))
 
 
+_FLUSH: list[torch.Tensor] = []  # one L2-flushing buffer per process, shared by its sides
+
+
+def _flush_buffer(l2_bytes: int) -> torch.Tensor:
+    if not _FLUSH:
+        _FLUSH.append(torch.empty(max(256 << 20, 4 * l2_bytes) // 4, dtype=torch.int32, device="cuda"))
+    return _FLUSH[0]
+
+
 class TimedSide:
     def __init__(self, fn, draws: list[tuple]):
         self.fn = fn
         self.draws = draws  # [A, B, check], each a tuple of device inputs
         props = torch.cuda.get_device_properties(0)
         self.l2_bytes = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
-        self.flush_buf = torch.empty(max(256 << 20, 4 * self.l2_bytes) // 4, dtype=torch.int32, device="cuda")
+        self.flush_buf = _flush_buffer(self.l2_bytes)
         self.sets: list[tuple] = []
         self.outs: list = []
         self.method = ""
         self.run = None
+        self.cal: dict = {}  # what calibrate() found, kept with a side the baseline reuses
+
+    def nbytes(self) -> int:
+        return sum(nbytes(d) for d in self.draws) + sum(nbytes(s) for s in self.sets)
 
     def calibrate(self) -> dict:
         """Warm-up (compile, autotune, lazy loads) and the time of one call."""

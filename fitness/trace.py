@@ -91,7 +91,11 @@ class Recorder(TorchDispatchMode):
         if s.nbytes() > MAX_SNAPSHOT_BYTES:
             self.problem = f"a tensor of {s.nbytes()} bytes appeared from outside the recorded call"
         else:
-            self.snapshots[bid] = torch.empty(0, dtype=torch.uint8, device=s.device).set_(s).cpu().clone()
+            self.in_launch += 1  # the copy is the recorder's own work, not the call's
+            try:
+                self.snapshots[bid] = torch.empty(0, dtype=torch.uint8, device=s.device).set_(s).cpu().clone()
+            finally:
+                self.in_launch -= 1
         return bid
 
     def ref(self, t: torch.Tensor, produced: bool = False) -> dict:

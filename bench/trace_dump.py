@@ -1,0 +1,57 @@
+"""What the recorder saw of one candidate call, and what its replay gives on fresh inputs (GPU
+or CPU): a diagnostic for an exploit whose verdict surprises.
+
+    python bench/trace_dump.py tests/exploits/NAME.py [--task softmax]
+"""
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fitness.compare import compare_outputs  # noqa: E402
+from fitness.harness import LaunchHook, draw_inputs, to_device  # noqa: E402
+from fitness.reference import compute  # noqa: E402
+from fitness.trace import Recorder, Replayer  # noqa: E402
+from suites.registry import load_suite  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("path")
+    ap.add_argument("--task", default="softmax")
+    a = ap.parse_args()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    task = load_suite("builtin")[a.task]
+    hook = LaunchHook()
+    hook.install()
+    spec = importlib.util.spec_from_file_location("cand", a.path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    case = {"split": "tuning", "shape": dict(task.shapes.tuning[0]), "dtype": task.dtypes[0], "seed": 11}
+    for seed in (11, 12):  # the second call is the one traced, as in the evaluator
+        args = tuple(to_device(x, dev) for x in draw_inputs(task, {**case, "seed": seed}, seed, dev))
+        rec = Recorder(args)
+        hook.recorder = rec
+        with rec:
+            out = getattr(mod, task.entry)(*args)
+        hook.recorder = None
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    trace = rec.trace(outs)
+    for ev in trace["events"]:
+        print(ev["kind"], ev.get("name") or ev.get("kernel"), ev.get("grid", ""))
+    print("buffers:", [(b["from"], b["nbytes"]) for b in trace["buffers"]])
+    print("outputs:", trace["outputs"], "problem:", trace["problem"])
+    fresh = {**case, "seed": 99}
+    rep = Replayer(trace, dev, mod if dev == "cpu" else None)
+    got = rep.run(tuple(to_device(x, dev) for x in draw_inputs(task, fresh, 99, dev)))
+    refs, expected = compute(task, fresh, dev)
+    print("replay torch work:", rep.torch_elements, rep.torch_ops)
+    print("replay vs reference:", compare_outputs(got, refs, task.tolerance, expected=expected) or "ok")
+
+
+if __name__ == "__main__":
+    main()
