@@ -40,7 +40,8 @@ from fitness.timing import n_sets_for
 from fitness.verdict import Verdict, speedup_from_rows
 from suites.task import Task
 
-TIMING_CHILDREN = 3  # one measuring, two getting ready
+# clean children at least (they replay, then time): one measuring, others replaying or getting ready
+TIMING_CHILDREN = 3
 EPOCH_USES = 16  # candidates timed on one set of draws (and one prepared baseline side) per shape
 TORCH_WORK_SHARE = 0.01  # torch work (elements read or written) allowed beside the kernels, as a share of outputs
 
@@ -123,7 +124,7 @@ class Evaluator:
         # turns in it, while the next candidates' replay children get ready beside it
         clean = {"sandbox": self.sandbox, "interpret": False, "mem_limit_bytes": mem,
                  "triton_cache": config.triton_cache, "clean": True}
-        self.timer = WorkerPool(TIMING_CHILDREN, **clean) if self.gpu else None
+        self.timer = WorkerPool(max(TIMING_CHILDREN, config.workers // 2 + 1), **clean) if self.gpu else None
         self.baseline = WorkerPool(1, **clean) if self.gpu else None
         self._baseline_child = None
         self._baseline_lock = threading.Lock()
@@ -207,17 +208,15 @@ class Evaluator:
             # order: slots serve the candidates that began evaluating first, so a task's
             # starting kernel is not overtaken by the children other tasks make meanwhile
             traces = self._correctness(task, source, v, cancel, order=t0)
-            if traces is not None:
-                traces = self._replay(task, source, traces, v, cancel)
-            if traces is not None and self.gpu and timed:
-                if cancel and cancel():
-                    raise Cancelled()
-                self._timing(task, traces, v, cancel, order=t0)
-            elif v.passed and self.gpu:
-                v.timing = "not timed: asked not to (--no-time)"
-            elif v.passed:
+            if traces is not None and self.gpu:
+                self._clean_stages(task, traces, v, timed, cancel, order=t0)
+            elif traces is not None:
+                self._replay(task, source, traces, v, cancel)
+            if v.passed and not self.gpu:
                 v.timing = "not timed: no GPU here; correctness ran under the Triton interpreter on CPU"
                 v.flags.append("untimed-no-gpu")
+            elif v.passed and not timed:
+                v.timing = "not timed: asked not to (--no-time)"
         if v.passed and not v.reason:
             v.reason = (f"passed {len(v.cases)} correctness cases "
                         f"({sum(c['split'] == 'heldout' for c in v.cases)} held-out), each call replayed alone on "
@@ -343,10 +342,27 @@ class Evaluator:
         v.stage = "correct"
         return True
 
-    def _replay(self, task: Task, source: str, traces: dict, v: Verdict, cancel=None) -> dict | None:
-        """Each recorded call replayed alone, in a fresh child, on inputs from a new seed, and
-        compared with the engine's reference: the candidate's own kernels did the work, or it fails.
-        Script tasks' benchmark calls are checked in the timing instead (their reference is the suite's kernel)."""
+    def _clean_stages(self, task: Task, traces: dict, v: Verdict, timed: bool, cancel, order: float):
+        """On a GPU: one clean child (it never imports the candidate) replays every recorded call
+        and then, if asked, times the replayed kernels against the baseline. One fork, one CUDA
+        start and one set of launchers per candidate for both stages."""
+        try:
+            with self.timer.child(cancel, order) as clean:
+                if self._replay(task, "", traces, v, cancel, clean) is None:
+                    return
+                if timed:
+                    if cancel and cancel():
+                        raise Cancelled()
+                    self._timing(task, traces, v, clean)
+        except WorkerFailure as e:  # the clean child could not be had (its zygote failed)
+            self._fail(v, f"replay: {e}")
+            v.flags.append("worker-replaced")
+
+    def _replay(self, task: Task, source: str, traces: dict, v: Verdict, cancel=None, clean=None) -> dict | None:
+        """Each recorded call replayed alone, in a fresh child (`clean`, on a GPU), on inputs from
+        a new seed, and compared with the engine's reference: the candidate's own kernels did the
+        work, or it fails. Script tasks' benchmark calls are checked in the timing instead (their
+        reference is the suite's kernel)."""
         items = [{"case": {**case, "seed": _fresh_seed()}, "trace": trace} for case, trace in traces.values()
                  if task.script is None]
         if not items:
@@ -355,7 +371,8 @@ class Evaluator:
                "source": source if self.interpret else None}
         t0 = time.monotonic()
         try:
-            reply = self.pool.request(req, 2 * self.config.timeout_s, cancel)
+            reply = clean.request(req, 2 * self.config.timeout_s) if clean is not None else \
+                self.pool.request(req, 2 * self.config.timeout_s, cancel)
         except WorkerFailure as e:
             return self._fail(v, f"replay: {e}")
         v.phases["replay_s"] = round(time.monotonic() - t0, 3)
@@ -403,7 +420,7 @@ class Evaluator:
         return compare_outputs(outputs, refs, task.tolerance, expected=expected)
 
     # -------------------------------------------------------------------------------------
-    def _timing(self, task: Task, traces: dict, v: Verdict, cancel=None, order: float | None = None):
+    def _timing(self, task: Task, traces: dict, v: Verdict, replay):
         split = "timing" if task.script is not None else "tuning"
         timed = [(case, trace) for case, trace in traces.values() if case["split"] == split]
         if not timed:
@@ -413,17 +430,16 @@ class Evaluator:
         t0 = time.monotonic()
         rows = []
         try:
-            with self.timer.child(cancel, order) as replay:
-                # outside the measuring turn: the replay child starts CUDA, loads the kernels, draws
-                # every shape's inputs, warms up and captures, while another candidate is measured
-                plans = [self._prepare(task, slot, case, trace, replay) for slot, (case, trace) in enumerate(timed)]
-                t1 = time.monotonic()
-                with self._baseline_lock:
-                    t2 = time.monotonic()
-                    rows = [self._measure(task, plan, replay) for plan in plans]
-                    t3 = time.monotonic()
-                for plan in plans:  # after the turn: only the engine's reference is needed
-                    self._check_replay(task, plan, replay)
+            # outside the measuring turn: the replay child loads the kernels, draws every shape's
+            # inputs, warms up and captures, while another candidate is being measured
+            plans = [self._prepare(task, slot, case, trace, replay) for slot, (case, trace) in enumerate(timed)]
+            t1 = time.monotonic()
+            with self._baseline_lock:
+                t2 = time.monotonic()
+                rows = [self._measure(task, plan, replay) for plan in plans]
+                t3 = time.monotonic()
+            for plan in plans:  # after the turn: only the engine's reference is needed
+                self._check_replay(task, plan, replay)
         except (WorkerFailure, TimingRejected) as e:
             v.reason = f"timing: {e}"
             v.correct = False  # a kernel that cannot be timed (hang, crash, a failed check) is no parent
