@@ -38,8 +38,8 @@ RULES = [
     "is also correct on the held-out shapes never shown to the search: P(held-out correct | tuning correct).",
     "Tasks invalid on this hardware are listed and left out of every figure.",
     "Sessions: one row per command that searched (a resumed run has several). Per minute: evaluations "
-    "recorded over the command's search wall time (export not included). GPU timing worker busy: the time "
-    "it spent serving timing requests over that wall time (a goal of 80%: the GPU is what is measured); "
+    "recorded over the command's search wall time (export not included). GPU measuring turn: the time "
+    "the GPU's one measuring turn (the trials alone) was held over that wall time (the GPU is what is measured); "
     "correctness workers busy: their summed serving time over wall time x workers.",
 ]
 
@@ -124,7 +124,7 @@ def tables(r: dict) -> list[tuple]:
                     [[i["task"], i["reason"]] for i in r["invalid"]]))
     if r["sessions"]:
         out.append(("Sessions (throughput)", ["session", "started", "wall", "evaluations", "per minute",
-                                              "GPU timing worker busy", "correctness workers busy", "ended"],
+                                              "GPU measuring turn", "correctness workers busy", "ended"],
                     [[str(s["id"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(s["started"] or 0)),
                       f"{s['wall_s']:.0f} s", str(s["evaluations"]), f"{s['per_min']:.1f}", pct(s["timing_busy"]),
                       f"{pct(s['correctness_busy'])} of {s['workers']}", s["status"] or "?"]

@@ -202,7 +202,7 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
         runner.shutdown(wait=not interrupted, cancel_futures=True)
         evals.shutdown(wait=not interrupted, cancel_futures=True)
         wall = time.monotonic() - t0
-        busy = evaluator.timer.busy_s if evaluator.timer else None
+        busy = evaluator.measuring_s if evaluator.timer else None
     stats = {"started": started, "wall_s": round(wall, 3), "evaluations": progress.evals, "workers": workers,
              "correctness_busy_s": round(evaluator.pool.busy_s, 3),
              "timing_busy_s": None if busy is None else round(busy, 3), "status": run_status(interrupted, statuses)}
@@ -215,9 +215,9 @@ def session_line(s: dict) -> str:
     r = session_rates(s["evaluations"], s["wall_s"], s["workers"], s["correctness_busy_s"], s["timing_busy_s"])
     line = f"{s['evaluations']} evaluations in {s['wall_s']:.0f} s = {r['per_min']:.1f}/min"
     if r["timing_busy"] is not None:
-        line += f"; GPU timing worker busy {100 * r['timing_busy']:.0f}% of the wall time"
+        line += f"; GPU measuring turn held {100 * r['timing_busy']:.0f}% of the wall time"
     # which side bounds the throughput: near 100% here and low above means compile and
-    # correctness starve the timing worker
+    # correctness starve the measuring turn
     return line + f"; correctness workers busy {100 * r['correctness_busy']:.0f}%"
 
 

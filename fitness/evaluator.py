@@ -131,6 +131,7 @@ class Evaluator:
         # the baseline's calibration per shape (one call's time, input bytes): from it the next
         # candidate's replay child makes its input sets and graph before its measuring turn
         self._baseline_cal: dict[tuple, dict] = {}
+        self.measuring_s = 0.0  # time the GPU's measuring turn was held: the exclusive resource
         self._epochs: dict[tuple, dict] = {}  # per shape: the draws both sides are timed on now
         self._epoch_lock = threading.Lock()
         self._epoch_ids = itertools.count()
@@ -438,6 +439,7 @@ class Evaluator:
                 t2 = time.monotonic()
                 rows = [self._measure(task, plan, replay) for plan in plans]
                 t3 = time.monotonic()
+                self.measuring_s += t3 - t2
             for plan in plans:  # after the turn: only the engine's reference is needed
                 self._check_replay(task, plan, replay)
         except (WorkerFailure, TimingRejected) as e:
