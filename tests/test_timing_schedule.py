@@ -1,0 +1,130 @@
+"""fitness/evaluator.py's timing schedule, on CPU: what happens outside the measuring turn and
+what inside, the baseline's prepared sides reused per epoch of draws, and the checks a timing
+must pass. The children are stand-ins that answer the timing requests as fitness.child does
+(no GPU here); the outputs they report are the task's own reference on the draws they were given."""
+import time
+
+import pytest
+
+import fitness.evaluator as evaluator_module
+from fitness.evaluator import EvalConfig, Evaluator
+from fitness.harness import draw_inputs
+from fitness.verdict import Verdict
+from suites.script import to_wire
+
+CASE = {"split": "tuning", "shape": {"M": 4, "N": 8}, "dtype": "float32", "seed": 1}
+
+
+class StandIn:
+    """A timing child: `ms` per input set; `capture`: whether its region can be a CUDA graph;
+    `stale`: its checked outputs come from the first draw instead of the third (a kernel that
+    kept an old answer)."""
+
+    def __init__(self, task, ms=0.001, capture=True, stale=False):
+        self.task, self.ms, self.capture, self.stale = task, ms, capture, stale
+        self.calls: list[tuple] = []
+        self.sides: dict[str, dict] = {}
+        self.current: dict | None = None
+        self.seeds: list[list[int]] = []  # the draws of every shape it prepared
+
+    def request(self, msg: dict, timeout: float) -> dict:
+        op, slot = msg["op"], str(msg.get("slot"))
+        self.calls.append((op, slot))
+        if op == "time_prepare":
+            self.seeds.append(msg["seeds"])
+            self.sides[slot] = {"case": msg["case"], "seeds": msg["seeds"], "n": 0, "method": "",
+                                "cal": {"t_one_ms": 0.01, "in_bytes": 128, "l2_bytes": 4096, "warm_ms": 1.0,
+                                        "cost": [1e3, 0.0]}}
+            return dict(self.sides[slot]["cal"])
+        if op == "time_sets":
+            side = self.sides[slot]
+            side["n"], side["method"] = msg["n_sets"], "cuda-graph" if msg["graph"] and self.capture else "eager"
+            return {"method": side["method"]}
+        if op == "time_open":
+            if slot not in self.sides:
+                return {"missing": True}
+            self.current = self.sides[slot]
+            return {"cal": self.current["cal"], "method": self.current["method"], "n_sets": self.current["n"]}
+        if op == "trial":
+            time.sleep(0.002)
+            return {"ms": self.ms}
+        if op == "time_check":
+            side = self.sides[slot]
+            seed = side["seeds"][0 if self.stale else 2]
+            out = self.task.reference(*draw_inputs(self.task, {**side["case"], "seed": seed}, seed))
+            if msg.get("drop", True):
+                del self.sides[slot]
+            return {"outputs": [[to_wire(out)] for _ in msg["picks"]]}
+        if op == "peaks":
+            return {"bandwidth_Bps": 3e12, "flops": 1e15}
+        raise AssertionError(f"unexpected request {op}")
+
+    def ops(self) -> list[str]:
+        return [op for op, _ in self.calls]
+
+
+@pytest.fixture()
+def ev(builtin):
+    """An evaluator that takes the GPU path of timing with stand-in children (one correctness
+    worker is started and never used)."""
+    e = Evaluator(EvalConfig(workers=1, trials=5, sandbox=False))
+    e.gpu = True
+    e._for_comparison = lambda reply: reply  # compared where the stand-in's outputs are: the CPU
+    e.base = StandIn(builtin["softmax"])
+    e._baseline_side = lambda: e.base
+    yield e
+    e.gpu = False
+    e.close()
+
+
+def _time(ev, task, replay) -> Verdict:
+    v = Verdict(task=task.name, stage="correct", correct=True, heldout_correct=True)
+    ev._timing(task, {"k": (CASE, {"trace": "stand-in"})}, v, replay)
+    return v
+
+
+def test_only_the_trials_hold_the_turn_and_the_baseline_is_prepared_once_per_epoch(ev, builtin):
+    task = builtin["softmax"]
+    first, second = StandIn(task), StandIn(task)
+    assert _time(ev, task, first).stage == "timed"
+    v = _time(ev, task, second)
+    assert v.stage == "timed" and v.times[0]["method"] == "cuda-graph", v.reason
+    # the baseline side was drawn, calibrated and captured once, for both candidates
+    assert ev.base.ops().count("time_prepare") == 1 and ev.base.ops().count("time_sets") == 1
+    # the second candidate knew the number of input sets: it captured before its turn began
+    ops = second.ops()
+    assert ops.index("time_sets") < ops.index("time_open") < ops.index("trial")
+    assert ops[-1] == "time_check"  # checked after the turn
+    assert ev.measuring_s > 0 and v.phases["timing_exclusive_s"] > 0
+
+
+def test_after_an_epoch_both_sides_get_fresh_draws(ev, builtin, monkeypatch):
+    monkeypatch.setattr(evaluator_module, "EPOCH_USES", 2)
+    task = builtin["softmax"]
+    replays = [StandIn(task) for _ in range(3)]
+    for r in replays:
+        assert _time(ev, task, r).stage == "timed"
+    drawn = [r.seeds[0] for r in replays]
+    assert drawn[0] == drawn[1] != drawn[2]  # the same draws on both sides within an epoch, then new ones
+    assert ev.base.seeds == [drawn[0], drawn[2]]
+
+
+def test_a_time_outside_the_engines_clock_is_refused(ev, builtin):
+    task = builtin["softmax"]
+    v = _time(ev, task, StandIn(task, ms=1e4))
+    assert v.stage != "timed" and not v.correct
+    assert "not inside the engine's clock" in v.reason
+
+
+def test_both_sides_are_timed_eagerly_when_the_replay_cannot_be_captured(ev, builtin):
+    task = builtin["softmax"]
+    v = _time(ev, task, StandIn(task, capture=False))
+    assert v.stage == "timed" and v.times[0]["method"] == "eager"
+    assert ("time_sets", f"epoch{ev._epochs[next(iter(ev._epochs))]['id']}") in ev.base.calls
+
+
+def test_a_timed_replay_whose_outputs_are_stale_is_refused(ev, builtin):
+    task = builtin["softmax"]
+    v = _time(ev, task, StandIn(task, stale=True))
+    assert v.stage != "timed" and not v.correct
+    assert "the timed replay, on inputs drawn after the trials, gave a wrong result" in v.reason
