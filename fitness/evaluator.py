@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import secrets
 import statistics
 import threading
 import time
@@ -30,12 +29,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fitness.compare import compare_outputs, compare_tree, on_device
+from fitness.compare import compare_outputs, on_device
+from fitness.judges import fresh_seed, judge_for
 from fitness.pool import Cancelled, WorkerFailure, WorkerPool
 from fitness.reference import ReferenceCache
 from fitness.sandbox import detect
 from fitness.script_eval import ScriptReferences
-from fitness.static_gate import allowance, check_source
+from fitness.static_gate import check_source
 from fitness.timing import n_sets_for
 from fitness.verdict import Verdict, speedup_from_rows
 from suites.task import Task
@@ -48,11 +48,6 @@ TORCH_WORK_SHARE = 0.01  # torch work (elements read or written) allowed beside 
 
 class TimingRejected(Exception):
     """A timing whose evidence did not check out; the message says which."""
-
-
-def _fresh_seed() -> int:
-    """A seed no candidate can predict: the engine draws one for every case of every evaluation."""
-    return secrets.randbelow(2**31 - 1)
 
 
 def _shape_key(task: Task, case: dict) -> tuple:
@@ -139,7 +134,7 @@ class Evaluator:
         self.references = references or ReferenceCache(config.reference_cache_bytes,
                                                        "cuda" if self.gpu else "cpu")
         self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s, self._task_spec)
-        self._allowances: dict[str, frozenset] = {}
+        self._judges: dict[tuple, object] = {}
 
     def close(self):
         self.pool.close()
@@ -200,7 +195,7 @@ class Evaluator:
         v = self._verdict(task)
         if not self.sandbox.isolated:
             v.flags.append("no-sandbox")
-        gate = check_source(source, task.entry, self._allowance(task))
+        gate = check_source(source, task.entry, self._judge(task).allowance())
         if not gate.ok:
             v.reason = f"static gate: {gate.reason}"
         else:
@@ -228,38 +223,18 @@ class Evaluator:
         return v
 
     def _verdict(self, task: Task) -> Verdict:
-        return Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._baseline_name(task))
+        return Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._judge(task).baseline_name)
 
-    def _baseline_name(self, task: Task) -> str:
-        if task.script is not None:
-            return task.script.baseline_name
-        return "the starting kernel" if self.config.baseline == "start" else "the PyTorch reference"
-
-    def _allowance(self, task: Task) -> frozenset:
-        """What the gate lets a script task's candidates use: what the suite's reference uses."""
-        if task.script is None:
-            return frozenset()
-        if task.name not in self._allowances:
-            self._allowances[task.name] = allowance(task.script.reference_source)
-        return self._allowances[task.name]
+    def _judge(self, task: Task):
+        """The task's judge (fitness.judges): what its kind decides, kept per task."""
+        key = (task.suite, task.name)
+        if key not in self._judges:
+            self._judges[key] = judge_for(self, task)
+        return self._judges[key]
 
     def reference_status(self, task: Task) -> str:
         """'' when the task's reference runs here, else why not (script tasks; builtin always run)."""
-        return self.script_refs.get(task).error if task.script is not None else ""
-
-    def _cases(self, task: Task) -> list[dict]:
-        """This evaluation's cases: the tuning shapes and held-out shapes drawn for it alone,
-        each at fresh seeds (as many as the run's --seeds): nothing repeats to be cached or
-        looked up, and no list of held-out shapes exists anywhere to be read."""
-        rng = random.Random(secrets.randbits(64))
-        heldout = task.draw_heldout(rng, self.interpret)
-        cases = []
-        for split, group in (("tuning", task.shape_set(self.interpret).tuning), ("heldout", heldout)):
-            for shape in group:
-                for dt in task.dtypes:
-                    for _ in self.config.seeds:
-                        cases.append({"split": split, "shape": dict(shape), "dtype": dt, "seed": _fresh_seed()})
-        return cases
+        return self._judge(task).status()
 
     def _task_spec(self, task: Task) -> dict:
         return {"suite": task.suite, "name": task.name, "path": self.config.suite_path}
@@ -268,20 +243,10 @@ class Evaluator:
         """Runs the cases in a fresh child, one request each; the traces of the calls by
         (split, shape, dtype), or None when the candidate failed."""
         spec = self._task_spec(task)
-        if task.script is not None:
-            ref = self.script_refs.get(task, cancel)
-            if ref.error:
-                v.reason = ref.error
-                v.flags.append("invalid-here")
-                v.device = self.pool.info().get("device", "")
-                return None
-            cases = self.script_refs.cases(ref)
-            if self.gpu:  # the benchmark inputs to be timed: their calls' traces are what is timed
-                cases += [{**c, "split": "timing", "seed": _fresh_seed()} for c in self.script_refs.timing_cases(ref)]
-            check = lambda case, res: self.script_refs.check(task, ref, case, res) if case["split"] != "timing" else ""
-        else:
-            cases = self._cases(task)
-            check = lambda case, res: self._check_case(task, case, res.get("outputs"))
+        planned = self._judge(task).cases(v, cancel)
+        if planned is None:
+            return None
+        cases, check = planned
         t0 = time.monotonic()
         traces: dict = {}
         failed, reply = None, {}
@@ -305,7 +270,7 @@ class Evaluator:
                     if case["split"] == "timing":
                         continue
                     t1 = time.monotonic()
-                    problem = check(case, self._for_comparison(reply))
+                    problem = check(case, self.for_comparison(reply))
                     compare_s += time.monotonic() - t1
                     v.cases.append({**case, "ok": not problem, "error": problem})
         except WorkerFailure as e:
@@ -364,8 +329,8 @@ class Evaluator:
         a new seed, and compared with the engine's reference: the candidate's own kernels did the
         work, or it fails. Script tasks' benchmark calls are checked in the timing instead (their
         reference is the suite's kernel)."""
-        items = [{"case": {**case, "seed": _fresh_seed()}, "trace": trace} for case, trace in traces.values()
-                 if task.script is None]
+        items = [{"case": {**case, "seed": fresh_seed()}, "trace": trace} for case, trace in traces.values()
+                 if self._judge(task).replays]
         if not items:
             return traces
         req = {"op": "replay", "task": self._task_spec(task), "items": items,
@@ -389,7 +354,7 @@ class Evaluator:
                 by_size = sorted(res["torch_ops"].items(), key=lambda kv: -kv[1])
                 ops = ", ".join(f"{k} ({n} elements)" for k, n in by_size)
                 return self._fail(v, f"torch did work outside Triton kernels (counted on the replay): {ops}")
-            problem = self._check_case(task, case, self._for_comparison(res)["outputs"])
+            problem = self.check_case(task, case, self.for_comparison(res)["outputs"])
             if problem:
                 return self._fail(v, f"replay: the recorded kernels, replayed alone on fresh inputs ({where}), "
                                      f"gave a wrong result: {problem}; work done outside the candidate's Triton "
@@ -403,7 +368,7 @@ class Evaluator:
         v.stage = "call"
         return None
 
-    def _for_comparison(self, reply: dict) -> dict:
+    def for_comparison(self, reply: dict) -> dict:
         """On a GPU machine the outputs are compared there: a dozen passes over float64 copies of
         64 MiB outputs took the engine 3 s of CPU per candidate on the H100 machine, CPU its
         correctness workers needed for compiling (on the GPU: milliseconds)."""
@@ -414,7 +379,7 @@ class Evaluator:
                 pass  # compared on the CPU instead
         return reply
 
-    def _check_case(self, task: Task, case: dict, outputs) -> str:
+    def check_case(self, task: Task, case: dict, outputs) -> str:
         if outputs is None:
             return "no outputs returned"
         refs, expected = self.references.get(task, case)
@@ -422,7 +387,7 @@ class Evaluator:
 
     # -------------------------------------------------------------------------------------
     def _timing(self, task: Task, traces: dict, v: Verdict, replay):
-        split = "timing" if task.script is not None else "tuning"
+        split = self._judge(task).timed_split
         timed = [(case, trace) for case, trace in traces.values() if case["split"] == split]
         if not timed:
             v.timing = "not timed: the suite gives no benchmark inputs for this task"
@@ -451,7 +416,7 @@ class Evaluator:
         v.phases.update(timing_prepare_s=round(t1 - t0, 3), timing_wait_s=round(t2 - t1, 3),
                         timing_exclusive_s=round(t3 - t2, 3))
         v.times = rows
-        v.speedup, flags = speedup_from_rows(v.times, self._peaks, floor=task.script is None)
+        v.speedup, flags = speedup_from_rows(v.times, self._peaks, floor=self._judge(task).floor)
         v.flags += flags
         methods = sorted({r["method"] for r in v.times})
         v.timing = (f"median of {self.config.trials} trials per shape, the replayed kernels and the baseline "
@@ -470,7 +435,7 @@ class Evaluator:
             ep = self._epochs.get(key)
             if ep is None or ep["uses"] >= EPOCH_USES:
                 known = self._baseline_cal.get(key)
-                ep = self._epochs[key] = {"id": next(self._epoch_ids), "seeds": [_fresh_seed() for _ in range(3)],
+                ep = self._epochs[key] = {"id": next(self._epoch_ids), "seeds": [fresh_seed() for _ in range(3)],
                                           "n": self._n_sets(known) if known else 0, "uses": 0}
             ep["uses"] += 1
             return dict(ep)
@@ -502,7 +467,7 @@ class Evaluator:
         opened = _ok(base.request({"op": "time_open", "slot": slot}, timeout), "b")
         if not opened.get("missing"):
             return opened
-        base_src = task.start_source if self.config.baseline == "start" and task.script is None else None
+        base_src = self._judge(task).baseline_source()
         cal = _ok(base.request({**plan["opening"], "slot": slot, "baseline_source": base_src}, timeout), "b")
         key = _shape_key(task, plan["case"])
         self._baseline_cal[key] = cal
@@ -532,7 +497,7 @@ class Evaluator:
             _ok(side.request({"op": "time_open", "slot": slots[k]}, timeout), k)
         times = self._trials(sides, n)
         plan["picks"] = sorted({0, n - 1, random.randrange(n)})
-        if task.script is not None:  # the suite's kernel is the oracle: its outputs, inside the turn
+        if self._judge(task).checks_in_turn:  # the suite's kernel is the oracle: its outputs, inside the turn
             outs = {k: _ok(s.request({"op": "time_check", "picks": plan["picks"], "drop": k == "c",
                                       "slot": slots[k]}, timeout), k)["outputs"] for k, s in sides.items()}
             self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], outs)
@@ -577,10 +542,7 @@ class Evaluator:
 
     def _check_timed_outputs(self, task: Task, case: dict, seed: int, outs: dict):
         for oc, ob in zip(outs["c"], outs["b"]):
-            if task.script is not None:
-                problem = compare_tree(oc, ob, task.tolerance, slack=4.0, path="output")
-            else:
-                problem = self._check_case(task, {**case, "seed": seed}, self._for_comparison({"o": oc})["o"])
+            problem = self._judge(task).check_timed(case, seed, oc, ob)
             if problem:
                 raise TimingRejected(f"the timed replay, on inputs drawn after the trials, gave a wrong result: "
                                      f"{problem}")

@@ -69,7 +69,7 @@ def ev(builtin):
     worker is started and never used)."""
     e = Evaluator(EvalConfig(workers=1, trials=5, sandbox=False))
     e.gpu = True
-    e._for_comparison = lambda reply: reply  # compared where the stand-in's outputs are: the CPU
+    e.for_comparison = lambda reply: reply  # compared where the stand-in's outputs are: the CPU
     e.base = StandIn(builtin["softmax"])
     e._baseline_side = lambda: e.base
     yield e

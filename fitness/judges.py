@@ -1,0 +1,120 @@
+"""What differs between the two kinds of task, in one place each, instead of `task.script`
+switches through the evaluator.
+
+- FunctionJudge (builtin, user tasks): the oracle is the engine's own float64 reference of a
+  torch function; cases are drawn fresh for every evaluation; every call is replayed against it;
+  the baseline is that torch function (or the starting kernel); speedups are floored at the
+  roofline of the task's cost model.
+- ScriptJudge (TritonBench, ROCm, KernelBench): the oracle is the suite's own kernel, run by the
+  suite's test in a clean child (fitness.script_eval); the benchmark calls are what is timed,
+  their outputs checked against the baseline's (the suite's kernel) inside the measuring turn;
+  the suite's cost estimate only flags, never clamps.
+"""
+from __future__ import annotations
+
+import random
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from fitness.compare import compare_tree
+from fitness.static_gate import allowance
+from fitness.verdict import Verdict
+from suites.task import Task
+
+if TYPE_CHECKING:
+    from fitness.evaluator import Evaluator
+
+Check = Callable[[dict, dict], str]  # (case, the child's reply) -> '' or what was wrong
+
+
+def fresh_seed() -> int:
+    """A seed no candidate can predict: the engine draws one for every case of every evaluation."""
+    return secrets.randbelow(2**31 - 1)
+
+
+class FunctionJudge:
+    timed_split = "tuning"
+    replays = True  # each call replayed alone against the engine's reference
+    floor = True  # the task's own cost model: times are clamped at its roofline
+    checks_in_turn = False  # the timed outputs go to the engine's reference after the turn
+
+    def __init__(self, ev: Evaluator, task: Task):
+        self.ev, self.task = ev, task
+
+    @property
+    def baseline_name(self) -> str:
+        return "the starting kernel" if self.ev.config.baseline == "start" else "the PyTorch reference"
+
+    def allowance(self) -> frozenset:
+        return frozenset()
+
+    def status(self, cancel=None) -> str:
+        return ""  # a torch function runs wherever torch does
+
+    def baseline_source(self) -> str | None:
+        return self.task.start_source if self.ev.config.baseline == "start" else None
+
+    def cases(self, v: Verdict, cancel=None) -> tuple[list[dict], Check] | None:
+        """This evaluation's cases: the tuning shapes and held-out shapes drawn for it alone,
+        each at fresh seeds (as many as the run's --seeds): nothing repeats to be cached or
+        looked up, and no list of held-out shapes exists anywhere to be read."""
+        interpret = self.ev.interpret
+        heldout = self.task.draw_heldout(random.Random(secrets.randbits(64)), interpret)
+        cases = [{"split": split, "shape": dict(shape), "dtype": dt, "seed": fresh_seed()}
+                 for split, group in (("tuning", self.task.shape_set(interpret).tuning), ("heldout", heldout))
+                 for shape in group for dt in self.task.dtypes for _ in self.ev.config.seeds]
+        return cases, lambda case, reply: self.ev.check_case(self.task, case, reply.get("outputs"))
+
+    def check_timed(self, case: dict, seed: int, candidate, baseline) -> str:
+        """The timed replay's outputs on the third draw, against the engine's reference."""
+        return self.ev.check_case(self.task, {**case, "seed": seed}, self.ev.for_comparison({"o": candidate})["o"])
+
+
+class ScriptJudge:
+    timed_split = "timing"
+    replays = False  # the benchmark calls are checked in the timing, against the suite's kernel
+    floor = False  # the suite's cost estimate flags, never clamps
+    checks_in_turn = True  # the baseline's outputs are the oracle: taken inside the turn
+
+    def __init__(self, ev: Evaluator, task: Task):
+        self.ev, self.task = ev, task
+        self._allowance: frozenset | None = None
+
+    @property
+    def baseline_name(self) -> str:
+        return self.task.script.baseline_name
+
+    def allowance(self) -> frozenset:
+        """What the gate lets candidates use: what the suite's reference uses."""
+        if self._allowance is None:
+            self._allowance = allowance(self.task.script.reference_source)
+        return self._allowance
+
+    def status(self, cancel=None) -> str:
+        return self.ev.script_refs.get(self.task, cancel).error
+
+    def baseline_source(self) -> str | None:
+        return None  # the child loads the suite's reference itself
+
+    def cases(self, v: Verdict, cancel=None) -> tuple[list[dict], Check] | None:
+        """The suite's test and benchmark cases; on a GPU also the benchmark inputs to be timed
+        (their calls' traces are what is timed). None when the suite's reference fails here."""
+        refs = self.ev.script_refs
+        ref = refs.get(self.task, cancel)
+        if ref.error:
+            v.reason = ref.error
+            v.flags.append("invalid-here")
+            v.device = self.ev.pool.info().get("device", "")
+            return None
+        cases = refs.cases(ref)
+        if self.ev.gpu:
+            cases += [{**c, "split": "timing", "seed": fresh_seed()} for c in refs.timing_cases(ref)]
+        return cases, lambda case, reply: refs.check(self.task, ref, case, reply)
+
+    def check_timed(self, case: dict, seed: int, candidate, baseline) -> str:
+        return compare_tree(candidate, baseline, self.task.tolerance, slack=4.0, path="output")
+
+
+def judge_for(ev: Evaluator, task: Task) -> FunctionJudge | ScriptJudge:
+    return ScriptJudge(ev, task) if task.script is not None else FunctionJudge(ev, task)
