@@ -49,6 +49,9 @@ def _search_opts(p: argparse.ArgumentParser):
                    "configured, else knobs)")
     p.add_argument("--budget-evals", type=int, default=None, help="stop a task after this many evaluations")
     p.add_argument("--time-limit", type=float, default=None, help="stop the run after this many seconds")
+    p.add_argument("--aa-every", type=int, default=25, metavar="N",
+                   help="GPU: after every N evaluations, time a starting kernel against itself (an A/A "
+                   "sentinel: the timing noise under the search's load); 0: none (default 25)")
     p.add_argument("--target-speedup", type=float, default=None, help="stop a task once this speedup is reached")
     p.add_argument("--fresh", action="store_true", help="start a new archive even if one exists")
     g = p.add_argument_group("LLM operators (any OpenAI-compatible endpoint; the key comes from OPENAI_API_KEY)")

@@ -154,10 +154,12 @@ def llm_summary(data: ReportData) -> dict:
 
 
 def session_summary(data: ReportData) -> list[dict]:
-    """Each searching command's throughput and the share of its wall time the workers were busy
-    (timing: the one GPU timing worker; correctness: all correctness workers together)."""
+    """Each searching command's throughput, the share of its wall time the workers were busy
+    (timing: the GPU's measuring turn; correctness: all correctness workers together), and its
+    A/A sentinels' noise (evolve.sentinels)."""
     return [{"id": s["id"], "started": s.get("started"), "wall_s": s.get("wall_s"), "evaluations": s.get("evaluations"),
-             "workers": s.get("workers"), "status": s.get("status"),
+             "workers": s.get("workers"), "status": s.get("status"), "aa_n": s.get("aa_n"),
+             "aa_median": s.get("aa_median"), "aa_p90": s.get("aa_p90"),
              **m.session_rates(s.get("evaluations"), s.get("wall_s"), s.get("workers"), s.get("correctness_busy_s"),
                                s.get("timing_busy_s"))}
             for s in data.sessions]

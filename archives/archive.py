@@ -42,7 +42,10 @@ LLM_COLUMNS = {"id": int, "run_id": int, "candidate_id": int, "task": str, "oper
 
 
 SESSION_COLUMNS = {"id": int, "run_id": int, "started": float, "wall_s": float, "evaluations": int, "workers": int,
-                   "correctness_busy_s": float, "timing_busy_s": float, "status": str}
+                   "correctness_busy_s": float, "timing_busy_s": float, "status": str,
+                   # A/A sentinels timed during the session: how many, median and p90 of |A/A - 1|
+                   "aa_n": int, "aa_median": float, "aa_p90": float}
+SENTINEL_COLUMNS = {"id": int, "run_id": int, "task": str, "speedup": float, "verdict": str, "created": float}
 
 
 class ArchiveError(Exception):
@@ -129,10 +132,13 @@ class Archive:
             db["llm_calls"].create(LLM_COLUMNS, pk="id", if_not_exists=True)
             db["sessions"].create(SESSION_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
                                   if_not_exists=True)
-            # archives made before the LLM operators have the reserved table, empty, without these
-            missing = {k: v for k, v in LLM_COLUMNS.items() if k not in db["llm_calls"].columns_dict}
-            for name, kind in missing.items():
-                db["llm_calls"].add_column(name, kind)
+            db["sentinels"].create(SENTINEL_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
+                                   if_not_exists=True)
+            # archives made by earlier versions lack these columns (the LLM table was reserved empty)
+            for table, columns in (("llm_calls", LLM_COLUMNS), ("sessions", SESSION_COLUMNS)):
+                for name, kind in columns.items():
+                    if name not in db[table].columns_dict:
+                        db[table].add_column(name, kind)
             db["llm_calls"].create_index(["request_hash"], if_not_exists=True)
             db["candidates"].create_index(["run_id", "task", "code_hash"], if_not_exists=True)
             db["candidates"].create_index(["run_id", "task", "island", "generation"], if_not_exists=True)
@@ -163,6 +169,21 @@ class Archive:
             self.prepare_to_write()
             with self.db.conn:
                 return self.db["sessions"].insert({"run_id": run_id, **stats}).last_pk
+
+    def add_sentinel(self, run_id: int, task: str, speedup: float | None, verdict: dict) -> None:
+        """An A/A sentinel: the task's starting kernel timed against itself during the search."""
+        with self.lock:
+            self.prepare_to_write()
+            with self.db.conn:
+                self.db["sentinels"].insert({"run_id": run_id, "task": task, "speedup": speedup,
+                                             "verdict": json.dumps(verdict), "created": time.time()})
+
+    def sentinel_speedups(self, run_id: int, since: float = 0.0) -> list[float]:
+        if not self.db["sentinels"].exists():
+            return []
+        return [r["speedup"] for r in self.db.query(
+            "select speedup from sentinels where run_id = ? and created >= ? and speedup is not null order by id",
+            [run_id, since])]
 
     def sessions(self, run_id: int) -> list[dict]:
         if not self.db["sessions"].exists():

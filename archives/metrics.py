@@ -137,3 +137,13 @@ def session_rates(evaluations: int, wall_s: float, workers: int, correctness_bus
     return {"per_min": 60 * (evaluations or 0) / wall,
             "timing_busy": None if timing_busy_s is None else timing_busy_s / wall,
             "correctness_busy": (correctness_busy_s or 0.0) / (wall * max(workers or 1, 1))}
+
+
+def aa_noise(speedups: list[float]) -> tuple[float, float] | None:
+    """(median, p90) of |A/A - 1| over A/A sentinel timings (the starting kernel against itself);
+    None without any."""
+    dev = sorted(abs(x - 1.0) for x in speedups if x)
+    if not dev:
+        return None
+    p90 = dev[min(len(dev) - 1, math.ceil(0.9 * len(dev)) - 1)]
+    return statistics.median(dev), p90

@@ -40,6 +40,7 @@ RULES = [
     "Sessions: one row per command that searched (a resumed run has several). Per minute: evaluations "
     "recorded over the command's search wall time (export not included). GPU measuring turn: the time "
     "the GPU's one measuring turn (the trials alone) was held over that wall time (the GPU is what is measured); "
+    "A/A: the starting kernels timed against themselves during the session (median and p90 of |A/A - 1|); "
     "correctness workers busy: their summed serving time over wall time x workers.",
 ]
 
@@ -124,10 +125,11 @@ def tables(r: dict) -> list[tuple]:
                     [[i["task"], i["reason"]] for i in r["invalid"]]))
     if r["sessions"]:
         out.append(("Sessions (throughput)", ["session", "started", "wall", "evaluations", "per minute",
-                                              "GPU measuring turn", "correctness workers busy", "ended"],
+                                              "GPU measuring turn", "correctness workers busy",
+                                              "A/A |A/A-1| median / p90 (n)", "ended"],
                     [[str(s["id"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(s["started"] or 0)),
                       f"{s['wall_s']:.0f} s", str(s["evaluations"]), f"{s['per_min']:.1f}", pct(s["timing_busy"]),
-                      f"{pct(s['correctness_busy'])} of {s['workers']}", s["status"] or "?"]
+                      f"{pct(s['correctness_busy'])} of {s['workers']}", _aa_cell(s), s["status"] or "?"]
                      for s in r["sessions"]]))
     llm = r["llm"]
     if llm["calls"]:
@@ -135,6 +137,12 @@ def tables(r: dict) -> list[tuple]:
                     [[str(llm["calls"]), str(llm["errors"]), str(llm["prompt_tokens"]), str(llm["completion_tokens"]),
                       f"{llm['latency_s']:.0f}", ", ".join(llm["models"])]]))
     return out
+
+
+def _aa_cell(s: dict) -> str:
+    if not s.get("aa_n"):
+        return "-"
+    return f"{100 * s['aa_median']:.2f}% / {100 * s['aa_p90']:.2f}% ({s['aa_n']})"
 
 
 def notes(r: dict) -> list[str]:

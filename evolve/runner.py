@@ -14,10 +14,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from archives.archive import Archive
-from archives.metrics import session_rates
+from archives.metrics import aa_noise, session_rates
 from evolve.export import export
 from evolve.llm_setup import LLMRun, llm_config, llm_run, temperatures
 from evolve.progress import Progress
+from evolve.sentinels import Sentinels
 from evolve.task_search import SearchConfig, TaskSearch
 from operators.registry import build as build_operators
 from operators.registry import resolve as resolve_operators
@@ -54,6 +55,8 @@ def _check(args):
         problems.append("--time-limit must be positive")
     if args.max_debug < 1:
         problems.append("--max-debug must be at least 1")
+    if args.aa_every < 0:
+        problems.append("--aa-every must be 0 (none) or more")
     if problems:
         raise SearchError("; ".join(problems))
 
@@ -153,6 +156,8 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
     # or being compared, so the workers never wait for a candidate to be handed to them
     evals = ThreadPoolExecutor(3 * workers + 1, thread_name_prefix="evaluate")
 
+    sentinels = Sentinels(args.aa_every, archive, run_id, evaluator, evals, stop)
+
     def submit(task, source) -> Future:
         def job():
             if stop.is_set():
@@ -160,7 +165,9 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
             # after a stop, a candidate still waiting for a worker (or for the timing worker) gives
             # up and stays pending too: only requests already sent run to their end
             return evaluator.evaluate(task, source, cancel=stop.is_set)
-        return evals.submit(job)
+        future = evals.submit(job)
+        sentinels.after_submit(task)
+        return future
 
     statuses = {}
 
@@ -203,9 +210,13 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
         evals.shutdown(wait=not interrupted, cancel_futures=True)
         wall = time.monotonic() - t0
         busy = evaluator.measuring_s if evaluator.timer else None
+    aa_speedups = archive.sentinel_speedups(run_id, since=started)
+    aa = aa_noise(aa_speedups)
     stats = {"started": started, "wall_s": round(wall, 3), "evaluations": progress.evals, "workers": workers,
              "correctness_busy_s": round(evaluator.pool.busy_s, 3),
-             "timing_busy_s": None if busy is None else round(busy, 3), "status": run_status(interrupted, statuses)}
+             "timing_busy_s": None if busy is None else round(busy, 3), "status": run_status(interrupted, statuses),
+             "aa_n": len(aa_speedups),
+             "aa_median": aa[0] if aa else None, "aa_p90": aa[1] if aa else None}
     archive.add_session(run_id, stats)
     print(session_line(stats), flush=True)
     return interrupted, statuses
@@ -218,7 +229,11 @@ def session_line(s: dict) -> str:
         line += f"; GPU measuring turn held {100 * r['timing_busy']:.0f}% of the wall time"
     # which side bounds the throughput: near 100% here and low above means compile and
     # correctness starve the measuring turn
-    return line + f"; correctness workers busy {100 * r['correctness_busy']:.0f}%"
+    line += f"; correctness workers busy {100 * r['correctness_busy']:.0f}%"
+    if s.get("aa_n"):
+        line += (f"; A/A sentinels: {s['aa_n']}, median |A/A - 1| {100 * s['aa_median']:.2f}%, "
+                 f"p90 {100 * s['aa_p90']:.2f}%")
+    return line
 
 
 def run_status(interrupted: bool, statuses: dict[str, str]) -> str:

@@ -50,8 +50,9 @@ class TimingRejected(Exception):
     """A timing whose evidence did not check out; the message says which."""
 
 
-def _shape_key(task: Task, case: dict) -> tuple:
-    return task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"]
+def _shape_key(task: Task, case: dict, baseline_source: str | None) -> tuple:
+    """A timed shape against one baseline (the reference, or a kernel's source)."""
+    return task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], hash(baseline_source)
 
 
 def _trace_key(case: dict) -> tuple:
@@ -182,17 +183,21 @@ class Evaluator:
             v.reason = "the reference runs here (the suite has no Triton starting kernel to time)"
         return v
 
-    def evaluate(self, task: Task, source: str | bytes, timed: bool = True, cancel=None) -> Verdict | None:
+    def evaluate(self, task: Task, source: str | bytes, timed: bool = True, cancel=None,
+                 aa: bool = False) -> Verdict | None:
         """The verdict; None when `cancel()` turned true before the candidate reached a worker or
         the timing worker (a stopping run: the candidate stays unevaluated, for a resume)."""
         try:
-            return self._evaluate(task, source, timed, cancel)
+            return self._evaluate(task, source, timed, cancel, aa)
         except Cancelled:
             return None
 
-    def _evaluate(self, task: Task, source: str | bytes, timed: bool, cancel) -> Verdict:
+    def _evaluate(self, task: Task, source: str | bytes, timed: bool, cancel, aa: bool = False) -> Verdict:
         t0 = time.monotonic()
         v = self._verdict(task)
+        base_src = self._judge(task).baseline_source(aa)
+        if aa:  # an A/A sentinel: the starting kernel against itself, where the judge can say so
+            v.baseline, v.flags = self._judge(task).aa_name, v.flags + ["aa-sentinel"]
         if not self.sandbox.isolated:
             v.flags.append("no-sandbox")
         gate = check_source(source, task.entry, self._judge(task).allowance())
@@ -205,7 +210,7 @@ class Evaluator:
             # starting kernel is not overtaken by the children other tasks make meanwhile
             traces = self._correctness(task, source, v, cancel, order=t0)
             if traces is not None and self.gpu:
-                self._clean_stages(task, traces, v, timed, cancel, order=t0)
+                self._clean_stages(task, traces, v, timed, cancel, t0, base_src)
             elif traces is not None:
                 self._replay(task, source, traces, v, cancel)
             if v.passed and not self.gpu:
@@ -308,7 +313,8 @@ class Evaluator:
         v.stage = "correct"
         return True
 
-    def _clean_stages(self, task: Task, traces: dict, v: Verdict, timed: bool, cancel, order: float):
+    def _clean_stages(self, task: Task, traces: dict, v: Verdict, timed: bool, cancel, order: float,
+                      base_src: str | None):
         """On a GPU: one clean child (it never imports the candidate) replays every recorded call
         and then, if asked, times the replayed kernels against the baseline. One fork, one CUDA
         start and one set of launchers per candidate for both stages."""
@@ -319,7 +325,7 @@ class Evaluator:
                 if timed:
                     if cancel and cancel():
                         raise Cancelled()
-                    self._timing(task, traces, v, clean)
+                    self._timing(task, traces, v, clean, base_src)
         except WorkerFailure as e:  # the clean child could not be had (its zygote failed)
             self._fail(v, f"replay: {e}")
             v.flags.append("worker-replaced")
@@ -386,7 +392,7 @@ class Evaluator:
         return compare_outputs(outputs, refs, task.tolerance, expected=expected)
 
     # -------------------------------------------------------------------------------------
-    def _timing(self, task: Task, traces: dict, v: Verdict, replay):
+    def _timing(self, task: Task, traces: dict, v: Verdict, replay, base_src: str | None = None):
         split = self._judge(task).timed_split
         timed = [(case, trace) for case, trace in traces.values() if case["split"] == split]
         if not timed:
@@ -398,7 +404,8 @@ class Evaluator:
         try:
             # outside the measuring turn: the replay child loads the kernels, draws every shape's
             # inputs, warms up and captures, while another candidate is being measured
-            plans = [self._prepare(task, slot, case, trace, replay) for slot, (case, trace) in enumerate(timed)]
+            plans = [self._prepare(task, slot, case, trace, replay, base_src)
+                     for slot, (case, trace) in enumerate(timed)]
             t1 = time.monotonic()
             with self._baseline_lock:
                 t2 = time.monotonic()
@@ -426,11 +433,10 @@ class Evaluator:
             v.flags.append("noisy-timing")
         v.stage = "timed"
 
-    def _epoch(self, task: Task, case: dict) -> dict:
+    def _epoch(self, key: tuple) -> dict:
         """The draws this shape is timed on now. Both sides run the same three draws; the
         baseline child keeps its side (inputs, graph) for EPOCH_USES candidates, then fresh ones
         are drawn. Sound because only the clean processes ever see these inputs."""
-        key = _shape_key(task, case)
         with self._epoch_lock:
             ep = self._epochs.get(key)
             if ep is None or ep["uses"] >= EPOCH_USES:
@@ -440,11 +446,12 @@ class Evaluator:
             ep["uses"] += 1
             return dict(ep)
 
-    def _prepare(self, task: Task, slot: int, case: dict, trace: dict, replay) -> dict:
+    def _prepare(self, task: Task, slot: int, case: dict, trace: dict, replay, base_src: str | None) -> dict:
         """One shape's replay side made ready outside the measuring turn: inputs drawn, kernels
         warmed and, when the number of input sets is known, the sets made and the graph captured.
         The plan the turn follows."""
-        ep = self._epoch(task, case)
+        key = _shape_key(task, case, base_src)
+        ep = self._epoch(key)
         opening = {"op": "time_prepare", "task": self._task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
                    "seeds": ep["seeds"]}
         cal = _ok(replay.request({**opening, "slot": slot, "trace": trace}, self.config.timing_timeout_s), "c")
@@ -453,7 +460,7 @@ class Evaluator:
             sets = {"op": "time_sets", "slot": slot, "n_sets": ep["n"], "graph": True}
             method = _ok(replay.request(sets, self.config.timing_timeout_s), "c")["method"]
         return {"slot": slot, "case": case, "epoch": ep, "opening": opening, "cal": cal, "n": ep["n"],
-                "method": method}
+                "method": method, "key": key, "base_src": base_src}
 
     def _n_sets(self, base: dict) -> int:
         """Input sets per timed region, from the baseline's calibration of the shape."""
@@ -467,9 +474,8 @@ class Evaluator:
         opened = _ok(base.request({"op": "time_open", "slot": slot}, timeout), "b")
         if not opened.get("missing"):
             return opened
-        base_src = self._judge(task).baseline_source()
-        cal = _ok(base.request({**plan["opening"], "slot": slot, "baseline_source": base_src}, timeout), "b")
-        key = _shape_key(task, plan["case"])
+        cal = _ok(base.request({**plan["opening"], "slot": slot, "baseline_source": plan["base_src"]}, timeout), "b")
+        key = plan["key"]
         self._baseline_cal[key] = cal
         n = plan["n"] or self._n_sets(cal)
         with self._epoch_lock:

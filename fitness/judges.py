@@ -52,8 +52,11 @@ class FunctionJudge:
     def status(self, cancel=None) -> str:
         return ""  # a torch function runs wherever torch does
 
-    def baseline_source(self) -> str | None:
-        return self.task.start_source if self.ev.config.baseline == "start" else None
+    aa_name = "the starting kernel (an A/A sentinel)"
+
+    def baseline_source(self, aa: bool = False) -> str | None:
+        """The kernel the baseline child runs; None: the torch reference."""
+        return self.task.start_source if aa or self.ev.config.baseline == "start" else None
 
     def cases(self, v: Verdict, cancel=None) -> tuple[list[dict], Check] | None:
         """This evaluation's cases: the tuning shapes and held-out shapes drawn for it alone,
@@ -94,8 +97,12 @@ class ScriptJudge:
     def status(self, cancel=None) -> str:
         return self.ev.script_refs.get(self.task, cancel).error
 
-    def baseline_source(self) -> str | None:
-        return None  # the child loads the suite's reference itself
+    def baseline_source(self, aa: bool = False) -> str | None:
+        return None  # the child loads the suite's kernel itself (the starting kernel: A/A already)
+
+    @property
+    def aa_name(self) -> str:
+        return self.baseline_name
 
     def cases(self, v: Verdict, cancel=None) -> tuple[list[dict], Check] | None:
         """The suite's test and benchmark cases; on a GPU also the benchmark inputs to be timed
