@@ -60,7 +60,7 @@ class Zygote:
         self.close()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
-        argv = self.sandbox.wrap([sys.executable, "-m", "fitness.zygote", str(theirs.fileno())])
+        argv = self.sandbox.wrap([sys.executable, "-m", "fitness.zygote", str(theirs.fileno())], self.clean)
         env = worker_env(self.interpret, self.mem_limit, self.triton_cache, self.clean)
         # started from one long-lived thread: bubblewrap's --die-with-parent is a parent-death
         # signal, which Linux sends when the *thread* that started the child ends

@@ -1,8 +1,12 @@
 """How worker processes are confined: bubblewrap where it works, and a plain process otherwise.
 
 The sandbox gives the worker a read-only view of the filesystem, a private /tmp, no network and
-no IPC namespace; it dies with the engine. Only the Triton cache is writable, so compiled
-kernels are shared between workers and runs.
+no IPC namespace; it dies with the engine. Two Triton caches: the one candidates' processes may
+write (each child then confines its writes to a private layer, fitness.isolation), and the clean
+cache that only clean processes (the baseline, the timing replays: no candidate's host code)
+write and every process reads: launchers and the suites' kernels built once (fitness.cachelayer).
+Candidates' sandboxes get the clean cache read-only, so even a child that could not take its own
+namespaces cannot plant a file there for a clean process to load.
 """
 from __future__ import annotations
 
@@ -25,9 +29,12 @@ def cache_dir() -> Path:
 class Sandbox:
     prefix: tuple[str, ...]
     description: str  # goes into every verdict
+    clean_cache: str = ""  # the clean Triton cache: writable only where `clean`
 
-    def wrap(self, argv: list[str]) -> list[str]:
-        return [*self.prefix, *argv]
+    def wrap(self, argv: list[str], clean: bool = False) -> list[str]:
+        if not self.prefix:
+            return list(argv)
+        return [*self.prefix, "--bind" if clean else "--ro-bind", self.clean_cache, self.clean_cache, *argv]
 
     @property
     def isolated(self) -> bool:
@@ -36,6 +43,14 @@ class Sandbox:
 
 def triton_cache_dir(override: str | None = None) -> Path:
     path = Path(override) if override else cache_dir() / "triton"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def clean_cache_dir(override: str | None = None) -> Path:
+    """Beside the Triton cache, not inside it: a bind of that one must not reach this one."""
+    base = triton_cache_dir(override)
+    path = base.with_name(base.name + "-clean")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -66,7 +81,8 @@ def detect(disabled: bool = False, triton_cache: str | None = None, data: tuple[
     if probe.returncode != 0:
         err = (probe.stderr.strip().splitlines() or ["exit code %d" % probe.returncode])[-1]
         return Sandbox((), f"none (bubblewrap is installed but cannot run here: {err})")
-    return Sandbox(prefix, "bubblewrap (read-only filesystem, private /tmp, no network)")
+    return Sandbox(prefix, "bubblewrap (read-only filesystem, private /tmp, no network)",
+                   str(clean_cache_dir(str(triton_cache))))
 
 
 def _needed_paths() -> set[str]:
@@ -82,13 +98,15 @@ def worker_env(interpret: bool, mem_limit_bytes: int, triton_cache: str | None =
     the timing replays) and write the shared Triton cache; the others read it through their own
     private layer (fitness.cachelayer)."""
     env = dict(os.environ)
-    env["TRITON_CACHE_DIR"] = str(triton_cache_dir(triton_cache))
+    clean_dir = str(clean_cache_dir(triton_cache))
+    env["TE_SHARED_TRITON_CACHE"] = clean_dir
     if clean:
         env["TE_CLEAN"] = "1"
+        env["TRITON_CACHE_DIR"] = clean_dir
         env.pop("TRITON_CACHE_MANAGER", None)
     else:
         env.pop("TE_CLEAN", None)
-        env["TE_SHARED_TRITON_CACHE"] = env["TRITON_CACHE_DIR"]
+        env["TRITON_CACHE_DIR"] = str(triton_cache_dir(triton_cache))
         env["TRITON_CACHE_MANAGER"] = "fitness.cachelayer:ReadThroughCache"
     env["PYTHONUNBUFFERED"] = "1"
     env["TE_MEM_LIMIT_BYTES"] = str(mem_limit_bytes)

@@ -67,8 +67,9 @@ def main():
     hook.install()
     state = (hook, Snapshot(hook))
     os.makedirs(PRIVATE_MOUNT, exist_ok=True)
-    clean = os.environ.get("TE_CLEAN") == "1"  # its children may write the shared Triton cache
-    read_only = tuple(p for p in ("/tmp", "" if clean else os.environ.get("TRITON_CACHE_DIR", "")) if p)
+    clean = os.environ.get("TE_CLEAN") == "1"  # its children may write the clean Triton cache
+    caches = () if clean else (os.environ.get("TRITON_CACHE_DIR", ""), os.environ.get("TE_SHARED_TRITON_CACHE", ""))
+    read_only = tuple(p for p in ("/tmp", *caches) if p)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     ctl.send(json.dumps({"op": "ready", "pid": os.getpid()}).encode())
     while True:

@@ -82,7 +82,10 @@ def test_a_candidate_child_reads_the_shared_triton_cache_and_writes_only_its_own
     purpose, never lands in the shared cache."""
     from triton.runtime.cache import _base32
 
-    shared = tmp_path / "cache"
+    from fitness.sandbox import clean_cache_dir
+
+    cache = tmp_path / "cache"
+    shared = clean_cache_dir(str(cache))  # what the clean children write
     (shared / _base32("ab12")).mkdir(parents=True)
     (shared / _base32("ab12") / "entry.txt").write_text("built by a clean child")
     src = ("import os\nfrom triton.runtime.cache import get_cache_manager\n"
@@ -93,7 +96,7 @@ def test_a_candidate_child_reads_the_shared_triton_cache_and_writes_only_its_own
            "    PLANTED = True\nexcept OSError:\n    PLANTED = False\n"
            "assert not PLANTED or 'TE_STRICT' not in os.environ\n"
            "def softmax(x):\n    return x\n")
-    p = WorkerPool(1, detect(True), True, 4 << 30, str(shared))
+    p = WorkerPool(1, detect(True), True, 4 << 30, str(cache))
     try:
         with p.child() as child:
             strict = child.info.get("how", "").startswith("own user")

@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -27,3 +28,18 @@ def test_sandboxed_python_imports_the_project_and_has_no_network():
     assert "refused" in out.stdout
     tmp = subprocess.run(sb.wrap(["sh", "-c", "touch /etc/te-probe"]), capture_output=True, text=True, timeout=60)
     assert tmp.returncode != 0  # the filesystem is read-only
+
+
+@pytest.mark.skipif(not detect().isolated, reason=detect().description)
+def test_only_a_clean_sandbox_may_write_the_clean_triton_cache():
+    sb = detect()
+    probe = os.path.join(sb.clean_cache, f"te-probe-{os.getpid()}")
+    try:
+        touch = ["sh", "-c", f"touch {probe}"]
+        assert subprocess.run(sb.wrap(touch), capture_output=True, timeout=60).returncode != 0
+        assert not os.path.exists(probe)
+        assert subprocess.run(sb.wrap(touch, clean=True), capture_output=True, timeout=60).returncode == 0
+        assert os.path.exists(probe)
+    finally:
+        if os.path.exists(probe):
+            os.remove(probe)
