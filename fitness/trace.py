@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from types import SimpleNamespace
 
@@ -327,6 +328,7 @@ def load_compiled(desc: dict):
         raise ReplayError("unreadable kernel metadata in trace") from None
     if not name.replace("_", "").isalnum():
         raise ReplayError("bad kernel name in trace")
+    _check_signature(desc)
     folder = tempfile.mkdtemp(prefix="te-replay-")
     paths = {f: os.path.join(folder, f) for f in (f"{name}.json", f"{name}.{ext}")}
     with open(paths[f"{name}.json"], "w") as f:
@@ -343,6 +345,28 @@ def load_compiled(desc: dict):
         return CompiledKernel(src, paths, name)
     except Exception as e:  # noqa: BLE001 - whatever Triton says about a malformed kernel
         raise ReplayError(f"the recorded kernel does not load: {e}") from None
+
+
+_TYPE = re.compile(r"[\[\]*A-Za-z0-9_, ]{1,128}")  # "*fp32", "i32", "constexpr", "[*fp16,i32]"
+_IDENT = re.compile(r"\w{1,128}")  # an argument's name (or index)
+_CONST = re.compile(r"[\w.\[\]*, ]{0,128}")  # "fp32", "triton.language.float32", ""
+
+
+def _check_signature(desc: dict):
+    """Triton writes the C launcher for a kernel from its signature, and a clean child builds it
+    (and keeps it in the clean cache): only type names, identifiers and plain constants get that
+    far, never text that could become code."""
+    sig, names = desc.get("signature"), desc.get("arg_names")
+    if not isinstance(sig, dict) or not isinstance(names, list):
+        raise ReplayError("unreadable kernel signature in trace")
+    if not all(isinstance(k, str) and _IDENT.fullmatch(k) for k in [*sig, *names]):
+        raise ReplayError("a kernel argument name in the trace is not an identifier")
+    if not all(isinstance(t, str) and _TYPE.fullmatch(t) for t in sig.values()):
+        raise ReplayError("a kernel argument type in the trace is not a type name")
+    for k, v in (desc.get("constants") or {}).items():
+        if not isinstance(k, str) or not (v is None or isinstance(v, (bool, int, float))
+                                          or (isinstance(v, str) and _CONST.fullmatch(v))):
+            raise ReplayError("a kernel constant in the trace is not a plain value")
 
 
 def launch_compiled(kernel, grid: tuple, args: list):

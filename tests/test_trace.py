@@ -1,0 +1,48 @@
+"""fitness/trace.py: what the recorder keeps of a call, and what a replay refuses to load."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fitness.trace import ReplayError, _check_signature
+
+ROOT = Path(__file__).resolve().parent.parent
+
+EXPLOITS = os.path.join(os.path.dirname(__file__), "exploits")
+GOOD = {"signature": {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr", "t": "[*fp16,i32]"},
+        "arg_names": ["x_ptr", "n", "BLOCK", "t"], "constants": {'"BLOCK"': 1024, "[2]": None, '"DT"': "fp32"}}
+
+
+def test_a_recorded_signature_of_types_names_and_plain_constants_loads():
+    _check_signature(GOOD)
+
+
+@pytest.mark.parametrize("bad", [
+    {**GOOD, "signature": {"x": '*fp32); system("x"'}},
+    {**GOOD, "arg_names": ["a;b"]},
+    {**GOOD, "constants": {"k": "x\n}"}},
+    {**GOOD, "signature": ["*fp32"]},
+])
+def test_a_signature_that_could_become_launcher_code_is_refused(bad):
+    with pytest.raises(ReplayError):
+        _check_signature(bad)
+
+
+def test_the_recorders_own_snapshot_is_not_part_of_the_recorded_call():
+    """An answer made where the recorder does not look (torch on another thread) enters the
+    trace as a snapshot; the copy the recorder takes of it must not be recorded as the call's own
+    ops (it made interpreted traces unreplayable), and the replay on other inputs is stale.
+    Through bench/trace_dump.py, under the interpreter (a process of its own: Triton reads
+    TRITON_INTERPRET once)."""
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "trace_dump.py"),
+                          os.path.join(EXPLOITS, "package_importer_thread.py")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines if ln.split()[0] in ("op", "launch")] == ["launch"], out.stdout
+    assert "buffers: [('input', 16777216), ('snapshot', 16777216)]" in out.stdout
+    assert lines[2].endswith("problem: ")
+    assert "replay vs reference: output 0 (float32)" in out.stdout and "outside tolerance" in out.stdout
