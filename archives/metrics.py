@@ -18,6 +18,8 @@ import math
 import statistics
 from typing import Iterable
 
+from fitness.verdict import geomean  # noqa: F401 - the one geometric mean, used here and by the reports
+
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 PASS_K = (1, 2, 5, 10)
 FAILED_SPEEDUP = 1.0
@@ -36,15 +38,6 @@ def pass_at_k(n: int, c: int, k: int) -> float | None:
         return 1.0
     # the product form of C(n-c, k) / C(n, k): no huge binomials, no float overflow
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
-
-
-def geomean(values: Iterable[float]) -> float | None:
-    values = list(values)
-    if not values:
-        return None
-    if any(v <= 0 for v in values):
-        raise ValueError("geometric mean of a non-positive value")
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def mean(values: Iterable[float]) -> float | None:

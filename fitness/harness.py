@@ -19,21 +19,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fitness.trace import FREE_OPS
+from suites.task import to_device  # noqa: F401 - the workers' copy onto the device
 
 
 class CandidateError(Exception):
     """A check failed; the message is the verdict's reason."""
-
-
-def to_device(a, device):
-    """A fresh copy on the device with the same strides (and the gaps between them)."""
-    if isinstance(a, (list, tuple)) and type(a) in (list, tuple):
-        return type(a)(to_device(x, device) for x in a)
-    if not isinstance(a, torch.Tensor):
-        return a
-    base = torch.empty(0, dtype=torch.uint8, device=a.device).set_(a.untyped_storage()).to(device, copy=True)
-    flat = torch.empty(0, dtype=a.dtype, device=device).set_(base.untyped_storage())
-    return torch.as_strided(flat, a.shape, a.stride(), a.storage_offset())
 
 
 def nbytes(args) -> int:

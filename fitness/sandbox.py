@@ -18,9 +18,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from suites.data import project_cache
+
 
 def cache_dir() -> Path:
-    root = Path(os.environ.get("TRITON_EVOLVE_CACHE", Path.home() / ".cache" / "triton-evolve"))
+    root = project_cache()
     root.mkdir(parents=True, exist_ok=True)
     return root
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 # the cascade, in order; `stage` is the last one a candidate reached ("none": it failed the gate)
@@ -38,9 +39,15 @@ class Verdict:
         return d
 
 
-def geomean(values) -> float:
+def geomean(values: Iterable[float]) -> float | None:
+    """The geometric mean; None for no values. The project's one: verdicts, exports and reports
+    all average speedups this way."""
     values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+    if not values:
+        return None
+    if any(v <= 0 for v in values):
+        raise ValueError("geometric mean of a non-positive value")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def speedup_from_rows(rows: list[dict], peaks: dict | None, floor: bool = True) -> tuple[float, list[str]]:

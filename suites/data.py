@@ -38,10 +38,15 @@ DOWNLOAD_BASE = "https://codeload.github.com"  # {base}/{repo}/tar.gz/{commit}
 TIMEOUT_S = 60
 
 
+def project_cache() -> Path:
+    """triton-evolve's cache folder (suite data, Triton caches): TRITON_EVOLVE_CACHE, else the
+    XDG cache home's triton-evolve. The one root every part of the project uses."""
+    return Path(os.environ.get("TRITON_EVOLVE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "triton-evolve"))
+
+
 def cache_root() -> Path:
-    base = os.environ.get("TRITON_EVOLVE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "triton-evolve")
-    return Path(base) / "data"
+    return project_cache() / "data"
 
 
 def suite_dir(suite: str, path: str | None = None) -> Path:

@@ -16,7 +16,7 @@ import torch
 from suites.data import suite_dir
 from suites.registry import SuiteError, SuiteTasks
 from suites.script import GIVEN, TOLERANCE, ScriptRunner, guess_category, interpreting, seed_all
-from suites.task import ShapeSet, Task
+from suites.task import ShapeSet, Task, to_device
 
 LEVELS = (1, 2, 3)
 # KernelBench's own bar (atol = rtol = 1e-2), here with atol scaled by the output's magnitude
@@ -55,8 +55,6 @@ class KernelBenchRunner(ScriptRunner):
         return getattr(module, entry)(*init).to(_device()).eval()
 
     def run_test(self, module, seed: int, entry: str):
-        from fitness.harness import to_device
-
         model = self._build(module, entry, seed)
         args = to_device(tuple(self.perf_args(0, seed)), _device())
         with torch.no_grad():

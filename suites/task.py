@@ -11,6 +11,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import torch
+
 Shape = dict  # named sizes, e.g. {"M": 1024, "N": 1000}; may carry layout flags like "stride": 3
 
 
@@ -118,3 +120,15 @@ def draw_shapes(shapes: ShapeSet, rng: random.Random) -> tuple[Shape, ...]:
             shape[key] = smaller
         drawn.append(shape)
     return tuple(drawn)
+
+
+def to_device(a, device):
+    """A fresh copy on the device with the same strides (and the gaps between them): what the
+    suites and the evaluator's workers hand a kernel, so layout bugs show up on both sides."""
+    if isinstance(a, (list, tuple)) and type(a) in (list, tuple):
+        return type(a)(to_device(x, device) for x in a)
+    if not isinstance(a, torch.Tensor):
+        return a
+    base = torch.empty(0, dtype=torch.uint8, device=a.device).set_(a.untyped_storage()).to(device, copy=True)
+    flat = torch.empty(0, dtype=a.dtype, device=device).set_(base.untyped_storage())
+    return torch.as_strided(flat, a.shape, a.stride(), a.storage_offset())
