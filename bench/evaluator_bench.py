@@ -1,14 +1,18 @@
-"""Evaluator benchmark (GPU): throughput end to end, and A/A timing noise.
+"""Evaluator benchmark (GPU): throughput end to end, where the time goes, and A/A timing noise.
 
-    python bench/evaluator_bench.py [--workers 8] [--tasks a,b] [--json OUT]
+    python bench/evaluator_bench.py [--suite builtin|tritonbench] [--tasks a,b | --sample N]
+                                    [--workers 8] [--rounds 2] [--json OUT]
 
-1. Throughput: every builtin starting kernel evaluated as a candidate, correctness on the tuning
-   and held-out shapes under two seeds, then timing against the PyTorch reference. Reported
-   twice: cold (fresh workers and Triton cache, float64 references and inputs made on the way),
-   then steady state: --rounds variants of every kernel that must compile afresh, in the same
-   evaluator, as in a long run where each task sees many candidates.
-2. A/A: each starting kernel timed as a candidate against itself (--baseline start); the noise is
-   the median over tasks of |speedup - 1|.
+1. Throughput: every task's starting kernel evaluated as a candidate (correctness on the tuning
+   and held-out cases, the replay, then timing against the suite's baseline). Twice: cold (fresh
+   children, caches, references, compiles on the way), then steady state: --rounds variants of
+   every kernel that must compile afresh, in the same evaluator, as in a long search.
+2. Where the time went: the summed seconds of every phase the verdicts recorded, cold and
+   steady, and per candidate; then which resource bounds the steady rate (the GPU's measuring
+   turn, the correctness slots, or the clean children that replay and time).
+3. A/A: each starting kernel timed against itself (the evaluator's A/A sentinel); the noise is
+   the median (and max) over tasks of |A/A - 1|.
+On a machine without a GPU it runs too (correctness only, nothing timed): a smoke test.
 Not a test: numbers depend on the machine. Quote its output.
 """
 from __future__ import annotations
@@ -21,22 +25,22 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
-from fitness.reference import ReferenceCache  # noqa: E402
 from fitness.verdict import geomean  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 
 
 def variant(source: str, n: int) -> str:
-    """The same kernel with a comment inside its body: Triton hashes the kernel's source, so the
-    variant compiles afresh, as a new candidate would."""
+    """The same kernels with a comment on the first @triton.jit function's def line: Triton
+    hashes the function's source, so the variant compiles afresh, as a new candidate would."""
     lines = source.splitlines()
-    i = next(k for k, line in enumerate(lines) if "tl.program_id(0)" in line)
-    lines[i] += f"  # variant {n}"  # at the end of the line: mid-line it would comment code out
+    jit = next((k for k, line in enumerate(lines) if line.lstrip().startswith("@triton.jit")), None)
+    if jit is None:
+        return source + f"\n# variant {n}\n"
+    d = next(k for k in range(jit, len(lines)) if lines[k].lstrip().startswith("def "))
+    lines[d] += f"  # variant {n}"
     return "\n".join(lines) + "\n"
 
 
@@ -51,70 +55,97 @@ def _sum_phases(total: dict[str, float], phases: dict, prefix: str) -> None:
             total[prefix + k] = total.get(prefix + k, 0.0) + x
 
 
-def run_pass(ev, tasks, label, n=0):
+def run_pass(ev: Evaluator, items: list, label: str) -> dict:
     t0 = time.monotonic()
-    verdicts = ev.evaluate_many([(t, variant(t.start_source, n + i)) for i, t in enumerate(tasks)])
+    busy0 = {"measuring": getattr(ev, "measuring_s", 0.0), "correctness": ev.pool.busy_s,
+             "clean": ev.timer.busy_s if ev.timer else 0.0}
+    verdicts = ev.evaluate_many(items)
     wall = time.monotonic() - t0
-    busy = sum(v.elapsed_s for v in verdicts)
-    config = ev.config
-    per_min = 60 * len(verdicts) / wall
     phases: dict[str, float] = {}
     for v in verdicts:
         _sum_phases(phases, v.phases, "")
         for row in v.times:
             _sum_phases(phases, {k: x / 1e3 for k, x in row.get("phase_ms", {}).items()}, "timing.")
-    print(f"[{label}] summed phase seconds: " + ", ".join(f"{k} {x:.1f}" for k, x in sorted(phases.items())))
-    print(f"[{label}] {len(verdicts)} candidates in {wall:.1f} s = {per_min:.1f} candidates/min "
-          f"({config.workers} correctness workers; summed per-candidate latency {busy:.0f} s)")
-    return verdicts, wall, per_min
+    busy = {"measuring": getattr(ev, "measuring_s", 0.0) - busy0["measuring"],
+            "correctness": ev.pool.busy_s - busy0["correctness"],
+            "clean": (ev.timer.busy_s if ev.timer else 0.0) - busy0["clean"]}
+    per_min = 60 * len(verdicts) / wall
+    print(f"[{label}] {len(verdicts)} candidates in {wall:.1f} s = {per_min:.1f} candidates/min", flush=True)
+    return {"verdicts": verdicts, "wall": wall, "per_min": per_min, "phases": phases, "busy": busy}
 
 
-def main():
+def phase_table(passes: dict[str, dict]) -> None:
+    names = sorted({k for p in passes.values() for k in p["phases"]})
+    print(f"\n{'phase (summed s; per candidate)':34}" + "".join(f"{label:>24}" for label in passes))
+    for k in names:
+        cells = []
+        for p in passes.values():
+            x, n = p["phases"].get(k, 0.0), max(1, len(p["verdicts"]))
+            cells.append(f"{x:10.1f} ; {x / n:8.3f}")
+        print(f"{k:34}" + "".join(f"{c:>24}" for c in cells))
+
+
+def bound(ev: Evaluator, steady: dict) -> str:
+    """Which resource held the steady pass back: the largest share of its capacity used."""
+    wall = max(steady["wall"], 1e-9)
+    shares = {"the GPU's measuring turn": steady["busy"]["measuring"] / wall,
+              f"the {ev.pool.size} correctness slots": steady["busy"]["correctness"] / (wall * ev.pool.size)}
+    if ev.timer:
+        shares[f"the {ev.timer.size} clean (replay and timing) children"] = \
+            steady["busy"]["clean"] / (wall * ev.timer.size)
+    name, share = max(shares.items(), key=lambda kv: kv[1])
+    used = ", ".join(f"{k} {100 * v:.0f}%" for k, v in shares.items())
+    return f"bound: {name} (busy {100 * share:.0f}% of its capacity; {used})"
+
+
+def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--suite", default="builtin")
+    ap.add_argument("--tasks", default=None, help="comma-separated task names (default: all, or --sample)")
+    ap.add_argument("--sample", type=int, default=None, help="the first N tasks that have a starting kernel")
     ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--tasks", default=None)
     ap.add_argument("--trials", type=int, default=21)
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="steady state: variants of every task, evaluated together")
+    ap.add_argument("--rounds", type=int, default=2, help="steady state: variants of every task, evaluated together")
     ap.add_argument("--json", default=None, help="write every verdict here")
     args = ap.parse_args()
-    suite = load_suite("builtin")
-    tasks = [suite[n] for n in args.tasks.split(",")] if args.tasks else list(suite.values())
-    refs = ReferenceCache(16 << 30, "cuda" if torch.cuda.is_available() else "cpu")  # as the evaluator's own
-    out = {}
-
+    suite = load_suite(args.suite)
+    tasks = [suite[n] for n in args.tasks.split(",")] if args.tasks else \
+        [t for t in suite.values() if t.start_source][:args.sample]
+    out: dict = {}
     with tempfile.TemporaryDirectory() as cache:
-        cfg = EvalConfig(workers=args.workers, trials=args.trials, triton_cache=cache)
-        with Evaluator(cfg, refs) as ev:
-            cold, _, cold_rate = run_pass(ev, tasks, "cold: fresh workers, references, inputs, compile, check, time")
-            warm, _, warm_rate = run_pass(ev, tasks * args.rounds,
-                                          "steady state: new kernel variants (compile, check, time)", 1)
-            warm = warm[:len(tasks)]
-    out["throughput"] = {"cold_per_min": cold_rate, "steady_per_min": warm_rate}
-
-    with Evaluator(EvalConfig(workers=args.workers, trials=args.trials, baseline="start"), refs) as ev:
-        aa, _, _ = run_pass(ev, tasks, "A/A (each starting kernel against itself)")
-    print(f"\n{'task':24} {'stage':7} {'vs torch':>9} {'A/A':>7}  method")
+        with Evaluator(EvalConfig(workers=args.workers, trials=args.trials, triton_cache=cache)) as ev:
+            cold = run_pass(ev, [(t, variant(t.start_source, 0)) for t in tasks], "cold")
+            items = [(t, variant(t.start_source, 1 + r * len(tasks) + i))
+                     for r in range(args.rounds) for i, t in enumerate(tasks)]
+            steady = run_pass(ev, items, "steady state")
+            phase_table({"cold": cold, "steady state": steady})
+            print(bound(ev, steady))
+            t0 = time.monotonic()
+            aa = [ev.evaluate(t, t.start_source, aa=True) for t in tasks]
+            aa_wall = time.monotonic() - t0
+    print(f"\n{'task':28} {'stage':7} {'vs baseline':>11} {'A/A':>7}  method or reason")
     noise = []
-    for v, a in zip(warm, aa):
+    for v, a in zip(steady["verdicts"], aa):
         sp = f"{v.speedup:.3f}" if v.speedup else "-"
         aa_s = f"{a.speedup:.3f}" if a.speedup else "-"
         if a.speedup:
             noise.append(abs(a.speedup - 1))
         methods = "/".join(sorted({r["method"] for r in v.times}))
-        print(f"{v.task:24} {v.stage:7} {sp:>9} {aa_s:>7}  {methods or v.reason.splitlines()[0][:60]}")
-    timed = [v.speedup for v in warm if v.speedup]
+        print(f"{v.task:28} {v.stage:7} {sp:>11} {aa_s:>7}  {methods or v.reason.splitlines()[0][:70]}")
+    timed = [v.speedup for v in steady["verdicts"][:len(tasks)] if v.speedup]
     if timed:
-        print(f"\ngeomean speedup of the starting kernels vs PyTorch: "
-              f"{geomean(timed):.3f} over {len(timed)} tasks")
+        print(f"\ngeomean speedup of the starting kernels vs the baseline: {geomean(timed):.3f} "
+              f"over {len(timed)} tasks")
     if noise:
-        print(f"A/A noise: median |speedup - 1| = {100 * statistics.median(noise):.2f}% "
+        print(f"A/A noise (alone, {aa_wall:.0f} s): median |A/A - 1| = {100 * statistics.median(noise):.2f}% "
               f"(max {100 * max(noise):.2f}%) over {len(noise)} tasks")
-    out["aa_median_abs_dev"] = statistics.median(noise) if noise else None
-    print(f"throughput: {cold_rate:.1f}/min cold, {warm_rate:.1f}/min steady state")
+    print(f"throughput: {cold['per_min']:.1f}/min cold, {steady['per_min']:.1f}/min steady state")
+    out.update(cold_per_min=cold["per_min"], steady_per_min=steady["per_min"],
+               aa_median_abs_dev=statistics.median(noise) if noise else None,
+               phases={"cold": cold["phases"], "steady": steady["phases"]})
     if args.json:
-        out["verdicts"] = {"vs_reference": [v.to_dict() for v in warm], "aa": [a.to_dict() for a in aa],
-                           "cold": [v.to_dict() for v in cold]}
+        out["verdicts"] = {"steady": [v.to_dict() for v in steady["verdicts"]], "aa": [a.to_dict() for a in aa],
+                           "cold": [v.to_dict() for v in cold["verdicts"]]}
         Path(args.json).write_text(json.dumps(out, indent=1))
 
 

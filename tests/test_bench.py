@@ -1,0 +1,15 @@
+"""The GPU benchmarks run on CPU too, as smoke tests (bench/evaluator_bench.py once crashed on
+the GPU with a TypeError nobody had run into: its phases were never summed anywhere else)."""
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_evaluator_bench_runs_and_names_what_bounds_the_rate():
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "evaluator_bench.py"), "--tasks", "softmax",
+                          "--workers", "1", "--rounds", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "bound: the 1 correctness slots" in out.stdout
+    assert "worker.first_case" in out.stdout and "throughput:" in out.stdout
