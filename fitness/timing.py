@@ -19,10 +19,12 @@ import time
 import torch
 
 from fitness.harness import nbytes, to_device
+from suites.script import ZeroedEmpty
 
 MAX_SETS = 64
 SET_BUDGET_BYTES = 2 << 30
 MIN_REGION_MS = 0.2
+CHECK_SEED = 1234  # the RNG seed both sides' checked calls start from
 
 
 def _fill(sets, contents):
@@ -122,15 +124,26 @@ class TimedSide:
         return s.elapsed_time(e) / len(self.sets)
 
     def check(self, picks: list[int]) -> list[list]:
-        """Outputs of the picked sets after a replay of the region on the third draw."""
-        _fill(self.sets, self.draws[2])
+        """Outputs of the picked sets after a replay of the region on the third draw. Both sides
+        start it alike, as the correctness stage does: the same RNG seed (a wrapper that draws
+        random numbers itself gave a different output on each side) and zeros where a buffer is
+        left uninitialized (outputs the graph keeps; `empty` in an eager call)."""
         if self.method == "cuda-graph":
+            for out in self.outs:
+                for o in out:
+                    if isinstance(o, torch.Tensor):
+                        o.zero_()
+            _fill(self.sets, self.draws[2])  # after the zeroing: an output may be an input
+            torch.manual_seed(CHECK_SEED)
             self.run()
             torch.cuda.synchronize()
             return [[o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in self.outs[i]] for i in picks]
+        _fill(self.sets, self.draws[2])
         outs = []
         for i in picks:
-            out = _as_list(self.fn(*self.sets[i]))
+            torch.manual_seed(CHECK_SEED + i)
+            with ZeroedEmpty():
+                out = _as_list(self.fn(*self.sets[i]))
             torch.cuda.synchronize()
             outs.append([o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in out])
         return outs
