@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 COMMANDS = ("search", "check", "validate", "list", "llm-batch", "report")
 
@@ -42,7 +43,8 @@ def _search_opts(p: argparse.ArgumentParser):
     p.add_argument("--generations", type=int, default=10, help="generations per task (default 10)")
     p.add_argument("--migration-interval", type=int, default=3,
                    help="generations between migrations along the ring (default 3)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="the search's random seed: the same seed and options give the same run (default 0)")
     p.add_argument("--archive", default=None, help="SQLite archive (default runs/<suite>.db)")
     p.add_argument("--export", default=None, metavar="DIR", help="export folder (default runs/<suite>-best)")
     p.add_argument("--operators", default=None, help="knobs, llm or both (default: llm when one is "
@@ -80,6 +82,7 @@ def _search_opts(p: argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="run.py", description="Evolve faster Triton kernels.")
+    parser.add_argument("--version", action="version", version=f"triton-evolve {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("search", help="the evolutionary search (the default command)")
     _common(p)
@@ -106,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list the tasks of a suite")
     _common(p)
     _filters(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the tasks as JSON, starting kernels included")
     p = sub.add_parser("report", help="metrics, tables and plots of an archive (finished or still running)")
     p.add_argument("--archive", required=True, help="the SQLite archive of a search (read-only)")
     p.add_argument("--out", default="report", help="folder for index.html, summary.md, plots (default report/)")
@@ -323,13 +326,28 @@ def cmd_report(args) -> int:
     return report(args)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("triton-evolve")
+    except PackageNotFoundError:  # a checkout that was never installed
+        import tomllib
+
+        return tomllib.loads((Path(__file__).parent / "pyproject.toml").read_text())["project"]["version"]
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
+    from suites.registry import SuiteError, did_you_mean
+
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        print(f"error: unknown command {argv[0]!r}{did_you_mean(argv[0], COMMANDS)} "
+              f"(commands: {', '.join(COMMANDS)}; with none, run.py searches)", file=sys.stderr)
+        return 2
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help", "--version"):
         argv.insert(0, "search")  # the main command: `run.py --suite S --islands N`
     args = build_parser().parse_args(argv)
-    from suites.registry import SuiteError
-
     try:
         return {"search": cmd_search, "check": cmd_check, "validate": cmd_validate,
                 "list": cmd_list, "llm-batch": cmd_llm_batch, "report": cmd_report}[args.command](args)
@@ -339,6 +357,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `run.py list --json | head`: the reader is gone, not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 141
 
 
 def _sigterm_as_ctrl_c():

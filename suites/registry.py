@@ -1,6 +1,7 @@
 """Find suites by name and tasks by (suite, name)."""
 from __future__ import annotations
 
+import difflib
 import importlib
 
 from suites.task import Task
@@ -27,16 +28,24 @@ def suite_names() -> list[str]:
     return sorted(_SUITES)
 
 
+def did_you_mean(word: str, known) -> str:
+    """' (did you mean X?)' for a near miss among `known`, else ''."""
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def load_suite(name: str, path: str | None = None) -> dict[str, Task]:
     if name not in _SUITES:
-        raise SuiteError(f"unknown suite {name!r} (known: {', '.join(suite_names())})")
+        raise SuiteError(f"unknown suite {name!r}{did_you_mean(name, suite_names())} "
+                         f"(known: {', '.join(suite_names())})")
     return importlib.import_module(_SUITES[name]).load(path)
 
 
 def load_task(suite: str, name: str, path: str | None = None) -> Task:
     tasks = load_suite(suite, path)
     if name not in tasks:
-        raise SuiteError(f"unknown task {name!r} in suite {suite!r} (known: {', '.join(sorted(tasks))})")
+        raise SuiteError(f"unknown task {name!r}{did_you_mean(name, tasks)} in suite {suite!r} "
+                         f"(known: {', '.join(sorted(tasks))})")
     return tasks[name]
 
 
@@ -50,7 +59,7 @@ def select(tasks: dict[str, Task], names: str | None = None, difficulty: str | N
         wanted = [n.strip() for n in names.split(",") if n.strip()]
         missing = [n for n in wanted if n not in tasks]
         if missing:
-            raise SuiteError(f"unknown task(s): {', '.join(missing)}")
+            raise SuiteError("unknown task(s): " + ", ".join(m + did_you_mean(m, tasks) for m in missing))
         chosen = _keep(chosen, wanted)
     if difficulty:
         try:

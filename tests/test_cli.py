@@ -76,3 +76,30 @@ def test_list_and_list_json():
     for t in tasks:
         assert {"name", "category", "entry", "start_source"} <= set(t)
         assert f"def {t['entry']}" in t["start_source"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["valdiate", "--suite", "builtin"], "unknown command 'valdiate' (did you mean 'validate'?)"),
+    (["list", "--suite", "tritonbenhc"], "unknown suite 'tritonbenhc' (did you mean 'tritonbench'?)"),
+    (["list", "--suite", "builtin", "--tasks", "softmx"], "softmx (did you mean 'softmax'?)"),
+])
+def test_a_typo_gets_a_suggestion(args, words):
+    p = run(*args)
+    assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_version_and_help_for_every_option():
+    p = run("--version")
+    assert p.returncode == 0 and p.stdout.startswith("triton-evolve ")
+    for command in ("search", "list", "check", "validate", "report"):
+        text = run(command, "--help").stdout
+        for flag in ("--seed", "--json"):
+            i = text.find(flag + " ") if flag + " " in text else text.find(flag + "\n")
+            if i >= 0:  # the option exists here: it has help text on its line or the next
+                assert len(text[i:].split("\n")[0].split()) > 1 or text[i:].split("\n")[1].startswith(" " * 10)
+
+
+def test_a_closed_pipe_ends_list_quietly():
+    p = subprocess.run(f"{sys.executable} run.py list --suite builtin --json | head -c 10", shell=True, cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
