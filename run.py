@@ -46,7 +46,8 @@ def _search_opts(p: argparse.ArgumentParser):
     p.add_argument("--seed", type=int, default=0,
                    help="the search's random seed: the same seed and options give the same run (default 0)")
     p.add_argument("--archive", default=None, help="SQLite archive (default runs/<suite>.db)")
-    p.add_argument("--export", default=None, metavar="DIR", help="export folder (default runs/<suite>-best)")
+    p.add_argument("--export", default=None, metavar="DIR",
+                   help="export folder (default: beside the archive, named after it: runs/x.db -> runs/x-best)")
     p.add_argument("--operators", default=None, help="knobs, llm or both (default: llm when one is "
                    "configured, else knobs)")
     p.add_argument("--budget-evals", type=int, default=None, help="stop a task after this many evaluations")

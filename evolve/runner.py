@@ -102,7 +102,8 @@ def run_search(args, make_evaluator) -> int:
     tasks = _searchable(select(load_suite(args.suite, args.suite_path), args.tasks, args.difficulty, args.category),
                         args, name)
     archive_path = Path(args.archive or f"runs/{args.suite}.db")
-    export_dir = Path(args.export or f"runs/{args.suite}-best")
+    # beside the archive and named after it: two archives of a suite never share their exports
+    export_dir = Path(args.export) if args.export else archive_path.with_name(archive_path.stem + "-best")
     config = {"suite": args.suite, "suite_path": args.suite_path, "islands": args.islands,
               "population": args.population, "seed": args.seed, "migration_interval": args.migration_interval,
               "operators": name, "generations": args.generations, "model": args.model,

@@ -191,3 +191,13 @@ def test_time_limit_and_sigterm_stop_cleanly_and_export(tmp_path):
     assert proc.returncode == 130 and "exported 1/1" in out
     assert db(tmp_path).execute("select status from runs").fetchone()[0] == "interrupted"
     assert db(tmp_path).execute("select count(*) from evaluations").fetchone()[0] >= n0
+
+
+def test_the_default_export_folder_is_named_after_the_archive(tmp_path):
+    """Two archives of one suite never overwrite each other's exported kernels."""
+    cmd = search_cmd(tmp_path, "--generations", "0", "--time-limit", "60")
+    i = cmd.index("--export")
+    del cmd[i:i + 2]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert (tmp_path / "a-best" / "summary.json").exists() and f"to {tmp_path / 'a-best'}" in p.stdout
