@@ -75,7 +75,7 @@ def check_source(source: str | bytes, entry: str, tolerated: frozenset = frozens
     if problem:
         return GateResult(False, problem)
     # a task may name several entry points (some ROCm tests call two functions): each must exist
-    missing = [e for e in (x.strip() for x in entry.split(",")) if e and not _defines_function(tree, e)]
+    missing = [e for e in (x.strip() for x in entry.split(",")) if e and not defines(tree, e)]
     if missing:
         return GateResult(False, f"no top-level function named {missing[0]!r} (an entry point)")
     if not _has_triton_jit(tree):
@@ -143,7 +143,9 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _defines_function(tree: ast.Module, name: str) -> bool:
+def defines(tree: ast.Module, name: str) -> bool:
+    """Whether the module defines `name` at top level: a function, a class (an autograd.Function
+    or nn.Module entry point) or an assignment."""
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
             return True

@@ -7,6 +7,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from fitness.static_gate import defines
+
 MAX_RESPONSE_CHARS = 200_000  # a kernel module is a few KB; anything this long is a runaway answer
 FENCE = re.compile(r"^[ \t]*(```+|~~~+)[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.S | re.M)
 NOTE_CHARS = 600
@@ -26,6 +28,8 @@ def parse_answer(text: str, entry: str) -> Parsed:
     blocks = [b for b in blocks if b[1] in ("", "python", "py", "python3")]
     if not blocks:
         return Parsed(None, _note(text), "the answer has no fenced ```python code block")
+    names = [e.strip() for e in entry.split(",") if e.strip()]  # one name, or several (ROCm's "a,b")
+    wanted = " and ".join(f"`{n}`" for n in names)
     first_error = ""
     for _, _, code in blocks:
         try:
@@ -33,9 +37,9 @@ def parse_answer(text: str, entry: str) -> Parsed:
         except SyntaxError as e:
             first_error = first_error or f"the ```python block does not parse: {e.msg} (line {e.lineno})"
             continue
-        if any(isinstance(n, ast.FunctionDef) and n.name == entry for n in tree.body):
+        if all(defines(tree, name) for name in names):  # as the gate checks: function, class or assignment
             return Parsed(code.rstrip() + "\n", _note(text[:blocks[0][0]]), "")  # the prose, not earlier code
-        first_error = first_error or f"no ```python block defines the entry point `def {entry}(...)` at module level"
+        first_error = first_error or f"no ```python block defines the entry point {wanted} at module level"
     return Parsed(None, _note(text), first_error)
 
 

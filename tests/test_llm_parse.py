@@ -20,7 +20,16 @@ def test_unlabelled_and_tilde_fences_count_other_languages_do_not():
 
 def test_errors_say_what_is_wrong():
     assert "does not parse" in parse_answer("```python\ndef softmax(:\n```", "softmax").error
-    assert "def softmax" in parse_answer("```python\ndef other():\n    pass\n```", "softmax").error
+    assert "`softmax`" in parse_answer("```python\ndef other():\n    pass\n```", "softmax").error
     nested = "```python\nclass K:\n    def softmax(self):\n        pass\n```"
     assert "at module level" in parse_answer(nested, "softmax").error
     assert "over the" in parse_answer("```python\n" + "#" * MAX_RESPONSE_CHARS + "\n```", "softmax").error
+
+
+def test_entry_points_that_are_classes_or_several_names_are_taken_as_they_are():
+    cls = "import torch\nclass FifthOrderSphericalHarmonic(torch.autograd.Function):\n    pass\n"
+    assert parse_answer(f"```python\n{cls}```", "FifthOrderSphericalHarmonic").code == cls
+    two = "def fwd(x):\n    return x\n\ndef bwd(x):\n    return x\n"
+    assert parse_answer(f"```python\n{two}```", "fwd, bwd").code == two
+    p = parse_answer("```python\ndef fwd(x):\n    return x\n```", "fwd,bwd")
+    assert p.code is None and "`fwd` and `bwd`" in p.error
