@@ -1,4 +1,4 @@
-"""fitness/evaluator.py's timing schedule, on CPU: what happens outside the measuring turn and
+"""fitness/measuring.py: the timing schedule, on CPU: what happens outside the measuring turn and
 what inside, the baseline's prepared sides reused per epoch of draws, and the checks a timing
 must pass. The children are stand-ins that answer the timing requests as fitness.child does
 (no GPU here); the outputs they report are the task's own reference on the draws they were given."""
@@ -6,9 +6,10 @@ import time
 
 import pytest
 
-import fitness.evaluator as evaluator_module
+import fitness.measuring as measuring
 from fitness.evaluator import EvalConfig, Evaluator
 from fitness.harness import draw_inputs
+from fitness.measuring import MeasuringTurn
 from fitness.verdict import Verdict
 from suites.script import to_wire
 
@@ -69,11 +70,12 @@ def ev(builtin):
     worker is started and never used)."""
     e = Evaluator(EvalConfig(workers=1, trials=5, sandbox=False))
     e.gpu = True
+    e.turn = MeasuringTurn(e, None)
     e.for_comparison = lambda reply: reply  # compared where the stand-in's outputs are: the CPU
     e.base = StandIn(builtin["softmax"])
-    e._baseline_side = lambda: e.base
+    e.turn.baseline_side = lambda: e.base
     yield e
-    e.gpu = False
+    e.gpu, e.turn = False, None
     e.close()
 
 
@@ -99,7 +101,7 @@ def test_only_the_trials_hold_the_turn_and_the_baseline_is_prepared_once_per_epo
 
 
 def test_after_an_epoch_both_sides_get_fresh_draws(ev, builtin, monkeypatch):
-    monkeypatch.setattr(evaluator_module, "EPOCH_USES", 2)
+    monkeypatch.setattr(measuring, "EPOCH_USES", 2)
     task = builtin["softmax"]
     replays = [StandIn(task) for _ in range(3)]
     for r in replays:
@@ -120,7 +122,7 @@ def test_both_sides_are_timed_eagerly_when_the_replay_cannot_be_captured(ev, bui
     task = builtin["softmax"]
     v = _time(ev, task, StandIn(task, capture=False))
     assert v.stage == "timed" and v.times[0]["method"] == "eager"
-    assert ("time_sets", f"epoch{ev._epochs[next(iter(ev._epochs))]['id']}") in ev.base.calls
+    assert ("time_sets", f"epoch{ev.turn._epochs[next(iter(ev.turn._epochs))]['id']}") in ev.base.calls
 
 
 def test_a_timed_replay_whose_outputs_are_stale_is_refused(ev, builtin):

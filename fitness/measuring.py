@@ -1,0 +1,244 @@
+"""The GPU's one measuring turn (fitness.evaluator's timing stage).
+
+Only the trials hold the turn. Before it, the candidate's clean child loads the recorded
+kernels, draws every shape's inputs, warms up and captures its graph while another candidate is
+measured; after it, the timed outputs go to the engine's reference. The baseline runs in one
+long-lived clean child, which keeps each shape's prepared side (inputs, graph) for EPOCH_USES
+candidates: both sides are timed on the same draws of an epoch, drawn by the engine and seen only
+by the clean processes. Every reported time must fit inside the engine's clock for its request.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+import statistics
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from fitness.judges import fresh_seed
+from fitness.pool import WorkerFailure, WorkerPool
+from fitness.timing import n_sets_for
+from fitness.verdict import Verdict, speedup_from_rows
+from suites.task import Task
+
+if TYPE_CHECKING:
+    from fitness.evaluator import Evaluator
+
+EPOCH_USES = 16  # candidates timed on one set of draws (and one prepared baseline side) per shape
+
+
+class TimingRejected(Exception):
+    """A timing whose evidence did not check out; the message says which."""
+
+
+def _ok(reply: dict, side: str) -> dict:
+    if reply.get("error"):
+        raise TimingRejected(f"{'the baseline' if side == 'b' else 'the replayed kernels'}: {reply['error']}")
+    return reply
+
+
+def _spread(times: list[float]) -> float:
+    q = statistics.quantiles(times, n=4)
+    return (q[2] - q[0]) / statistics.median(times)
+
+
+def _row(task: Task, case: dict, times: dict, method: str, n_sets: int, trials: int, cal: dict) -> dict:
+    bytes_, flops = cal["b"].get("cost") or (0.0, 0.0)
+    return {"shape": case["shape"], "dtype": case["dtype"], "candidate_ms": statistics.median(times["c"]),
+            "baseline_ms": statistics.median(times["b"]), "candidate_spread": _spread(times["c"]),
+            "baseline_spread": _spread(times["b"]), "method": method, "input_sets": n_sets, "trials": trials,
+            "bytes": bytes_, "flops": flops,
+            "phase_ms": {"warm_up": cal["c"].get("warm_ms", 0.0), "baseline_warm_up": cal["b"].get("warm_ms", 0.0)}}
+
+
+def _shape_key(task: Task, case: dict, baseline_source: str | None) -> tuple:
+    """A timed shape against one baseline (the reference, or a kernel's source)."""
+    return task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], hash(baseline_source)
+
+
+class MeasuringTurn:
+    def __init__(self, ev: Evaluator, pool: WorkerPool | None):
+        """`pool`: where the long-lived baseline child comes from (a clean pool of one)."""
+        self.ev, self.pool = ev, pool
+        self.lock = threading.Lock()  # the turn itself
+        self.busy_s = 0.0  # time the turn was held
+        self._child = None
+        # the baseline's calibration per shape (one call's time, input bytes): from it the next
+        # candidate's replay child makes its input sets and graph before its turn
+        self._baseline_cal: dict[tuple, dict] = {}
+        self._epochs: dict[tuple, dict] = {}  # per shape: the draws both sides are timed on now
+        self._epoch_lock = threading.Lock()
+        self._epoch_ids = itertools.count()
+        self._peak_figures = None
+
+    def time(self, task: Task, traces: dict, v: Verdict, replay, base_src: str | None = None):
+        """Times a candidate's replayed kernels against the baseline, shape by shape; fills `v`."""
+        split = self.ev._judge(task).timed_split
+        timed = [(case, trace) for case, trace in traces.values() if case["split"] == split]
+        if not timed:
+            v.timing = "not timed: the suite gives no benchmark inputs for this task"
+            v.flags.append("untimed")
+            return
+        t0 = time.monotonic()
+        rows = []
+        try:
+            # outside the measuring turn: the replay child loads the kernels, draws every shape's
+            # inputs, warms up and captures, while another candidate is being measured
+            plans = [self._prepare(task, slot, case, trace, replay, base_src)
+                     for slot, (case, trace) in enumerate(timed)]
+            t1 = time.monotonic()
+            with self.lock:
+                t2 = time.monotonic()
+                rows = [self._measure(task, plan, replay) for plan in plans]
+                t3 = time.monotonic()
+                self.busy_s += t3 - t2
+            for plan in plans:  # after the turn: only the engine's reference is needed
+                self._check_replay(task, plan, replay)
+        except (WorkerFailure, TimingRejected) as e:
+            v.reason = f"timing: {e}"
+            v.correct = False  # a kernel that cannot be timed (hang, crash, a failed check) is no parent
+            if isinstance(e, WorkerFailure):
+                v.flags.append("worker-replaced")
+            return
+        v.phases.update(timing_prepare_s=round(t1 - t0, 3), timing_wait_s=round(t2 - t1, 3),
+                        timing_exclusive_s=round(t3 - t2, 3))
+        v.times = rows
+        v.speedup, flags = speedup_from_rows(v.times, self.peaks, floor=self.ev._judge(task).floor)
+        v.flags += flags
+        methods = sorted({r["method"] for r in v.times})
+        v.timing = (f"median of {self.ev.config.trials} trials per shape, the replayed kernels and the baseline "
+                    f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}; "
+                    f"{t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
+        if any(max(r["candidate_spread"], r["baseline_spread"]) > 0.1 for r in v.times):
+            v.flags.append("noisy-timing")
+        v.stage = "timed"
+
+    def _epoch(self, key: tuple) -> dict:
+        """The draws this shape is timed on now. Both sides run the same three draws; the
+        baseline child keeps its side (inputs, graph) for EPOCH_USES candidates, then fresh ones
+        are drawn. Sound because only the clean processes ever see these inputs."""
+        with self._epoch_lock:
+            ep = self._epochs.get(key)
+            if ep is None or ep["uses"] >= EPOCH_USES:
+                known = self._baseline_cal.get(key)
+                ep = self._epochs[key] = {"id": next(self._epoch_ids), "seeds": [fresh_seed() for _ in range(3)],
+                                          "n": self._n_sets(known) if known else 0, "uses": 0}
+            ep["uses"] += 1
+            return dict(ep)
+
+    def _prepare(self, task: Task, slot: int, case: dict, trace: dict, replay, base_src: str | None) -> dict:
+        """One shape's replay side made ready outside the measuring turn: inputs drawn, kernels
+        warmed and, when the number of input sets is known, the sets made and the graph captured.
+        The plan the turn follows."""
+        key = _shape_key(task, case, base_src)
+        ep = self._epoch(key)
+        opening = {"op": "time_prepare", "task": self.ev._task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
+                   "seeds": ep["seeds"]}
+        cal = _ok(replay.request({**opening, "slot": slot, "trace": trace}, self.ev.config.timing_timeout_s), "c")
+        method = ""
+        if ep["n"]:
+            sets = {"op": "time_sets", "slot": slot, "n_sets": ep["n"], "graph": True}
+            method = _ok(replay.request(sets, self.ev.config.timing_timeout_s), "c")["method"]
+        return {"slot": slot, "case": case, "epoch": ep, "opening": opening, "cal": cal, "n": ep["n"],
+                "method": method, "key": key, "base_src": base_src}
+
+    def _n_sets(self, base: dict) -> int:
+        """Input sets per timed region, from the baseline's calibration of the shape."""
+        return n_sets_for(base["in_bytes"], base["t_one_ms"], base["l2_bytes"])
+
+    def _baseline_open(self, task: Task, plan: dict, base) -> dict:
+        """The baseline's side of this shape and epoch: kept from an earlier candidate, or
+        prepared now (draws, warm-up, calibration, input sets, graph)."""
+        timeout = self.ev.config.timing_timeout_s
+        slot = f"epoch{plan['epoch']['id']}"
+        opened = _ok(base.request({"op": "time_open", "slot": slot}, timeout), "b")
+        if not opened.get("missing"):
+            return opened
+        cal = _ok(base.request({**plan["opening"], "slot": slot, "baseline_source": plan["base_src"]}, timeout), "b")
+        key = plan["key"]
+        self._baseline_cal[key] = cal
+        n = plan["n"] or self._n_sets(cal)
+        with self._epoch_lock:
+            ep = self._epochs.get(key)
+            if ep is not None and ep["id"] == plan["epoch"]["id"]:
+                ep["n"] = n  # later candidates of this epoch capture before their turn
+        _ok(base.request({"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}, timeout), "b")
+        return _ok(base.request({"op": "time_open", "slot": slot}, timeout), "b")
+
+    def _measure(self, task: Task, plan: dict, replay) -> dict:
+        """One shape, inside the measuring turn: both sides' input sets ready, then trials
+        alternating between them, each bounded by the engine's clock."""
+        timeout = self.ev.config.timing_timeout_s
+        sides = {"c": replay, "b": self.baseline_side()}
+        b = self._baseline_open(task, plan, sides["b"])
+        n, methods = b["n_sets"], {"b": b["method"], "c": plan["method"]}
+        if plan["n"] != n or not plan["method"]:
+            methods["c"] = _ok(replay.request({"op": "time_sets", "slot": plan["slot"], "n_sets": n, "graph": True},
+                                              timeout), "c")["method"]
+        slots = {"c": plan["slot"], "b": f"epoch{plan['epoch']['id']}"}
+        if len(set(methods.values())) > 1:  # both sides alike: eager when either cannot be captured
+            methods = {k: _ok(s.request({"op": "time_sets", "slot": slots[k], "n_sets": n, "graph": False},
+                                        timeout), k)["method"] for k, s in sides.items()}
+        for k, side in sides.items():
+            _ok(side.request({"op": "time_open", "slot": slots[k]}, timeout), k)
+        times = self._trials(sides, n)
+        plan["picks"] = sorted({0, n - 1, random.randrange(n)})
+        if self.ev._judge(task).checks_in_turn:  # the suite's kernel is the oracle: its outputs, inside the turn
+            outs = {k: _ok(s.request({"op": "time_check", "picks": plan["picks"], "drop": k == "c",
+                                      "slot": slots[k]}, timeout), k)["outputs"] for k, s in sides.items()}
+            self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], outs)
+            plan["checked"] = True
+        cal = {"c": plan["cal"], "b": b["cal"]}
+        return _row(task, plan["case"], times, methods["c"], n, self.ev.config.trials, cal)
+
+    def _check_replay(self, task: Task, plan: dict, replay):
+        """The timed replay's outputs on the third draw, against the engine's own reference."""
+        if plan.get("checked"):
+            return
+        req = {"op": "time_check", "slot": plan["slot"], "picks": plan["picks"]}
+        outs = _ok(replay.request(req, self.ev.config.timing_timeout_s), "c")["outputs"]
+        self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], {"c": outs, "b": outs})
+
+    def baseline_side(self):
+        """The long-lived baseline child: it loads only the suite's code, never a candidate's."""
+        if self._child is None or self._child.dead:
+            self.close()
+            self._child_cm = self.pool.child()
+            self._child = self._child_cm.__enter__()
+        return self._child
+
+    def close(self):
+        if self._child is not None:
+            self._child_cm.__exit__(None, None, None)
+            self._child = None
+
+    def _trials(self, sides: dict, n: int) -> dict[str, list[float]]:
+        """Alternating trials, the order flipped each round; each reported time must fit inside
+        the engine's own clock for that request."""
+        times: dict[str, list[float]] = {"c": [], "b": []}
+        for i in range(self.ev.config.trials):
+            for k in (("c", "b") if i % 2 == 0 else ("b", "c")):
+                t = time.perf_counter()
+                ms = float(_ok(sides[k].request({"op": "trial", "k": i}, self.ev.config.timing_timeout_s), k)["ms"])
+                wall_ms = (time.perf_counter() - t) * 1e3
+                if not (0 < ms * n <= wall_ms * 1.02 + 0.5):
+                    raise TimingRejected(f"a reported time ({ms * n:.3f} ms) is not inside the engine's "
+                                         f"clock for that trial ({wall_ms:.3f} ms)")
+                times[k].append(ms)
+        return times
+
+    def _check_timed_outputs(self, task: Task, case: dict, seed: int, outs: dict):
+        for oc, ob in zip(outs["c"], outs["b"]):
+            problem = self.ev._judge(task).check_timed(case, seed, oc, ob)
+            if problem:
+                raise TimingRejected(f"the timed replay, on inputs drawn after the trials, gave a wrong result: "
+                                     f"{problem}")
+
+    @property
+    def peaks(self) -> dict | None:
+        """Measured ceilings (copy bandwidth, bf16 matmul rate), once, in the clean baseline child."""
+        if self._peak_figures is None:
+            with self.lock:
+                self._peak_figures = self.baseline_side().request({"op": "peaks"}, self.ev.config.timing_timeout_s)
+        return self._peak_figures
