@@ -90,7 +90,7 @@ class Evaluator:
         self.turn = MeasuringTurn(self, WorkerPool(1, **clean)) if self.gpu else None
         self.references = references or ReferenceCache(config.reference_cache_bytes,
                                                        "cuda" if self.gpu else "cpu")
-        self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s, self._task_spec)
+        self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s, self.task_spec)
         self._judges: dict[tuple, object] = {}
 
     def close(self):
@@ -151,12 +151,12 @@ class Evaluator:
     def _evaluate(self, task: Task, source: str | bytes, timed: bool, cancel, aa: bool = False) -> Verdict:
         t0 = time.monotonic()
         v = self._verdict(task)
-        base_src = self._judge(task).baseline_source(aa)
+        base_src = self.judge(task).baseline_source(aa)
         if aa:  # an A/A sentinel: the starting kernel against itself, where the judge can say so
-            v.baseline, v.flags = self._judge(task).aa_name, v.flags + ["aa-sentinel"]
+            v.baseline, v.flags = self.judge(task).aa_name, v.flags + ["aa-sentinel"]
         if not self.sandbox.isolated:
             v.flags.append("no-sandbox")
-        gate = check_source(source, task.entry, self._judge(task).allowance())
+        gate = check_source(source, task.entry, self.judge(task).allowance())
         if not gate.ok:
             v.reason = f"static gate: {gate.reason}"
         else:
@@ -184,9 +184,9 @@ class Evaluator:
         return v
 
     def _verdict(self, task: Task) -> Verdict:
-        return Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self._judge(task).baseline_name)
+        return Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self.judge(task).baseline_name)
 
-    def _judge(self, task: Task):
+    def judge(self, task: Task):
         """The task's judge (fitness.judges): what its kind decides, kept per task."""
         key = (task.suite, task.name)
         if key not in self._judges:
@@ -195,16 +195,17 @@ class Evaluator:
 
     def reference_status(self, task: Task) -> str:
         """'' when the task's reference runs here, else why not (script tasks; builtin always run)."""
-        return self._judge(task).status()
+        return self.judge(task).status()
 
-    def _task_spec(self, task: Task) -> dict:
+    def task_spec(self, task: Task) -> dict:
+        """How a child finds the task: the suite, the name and the suite's data folder."""
         return {"suite": task.suite, "name": task.name, "path": self.config.suite_path}
 
     def _correctness(self, task: Task, source: str, v: Verdict, cancel=None, order: float | None = None):
         """Runs the cases in a fresh child, one request each; the traces of the calls by
         (split, shape, dtype), or None when the candidate failed."""
-        spec = self._task_spec(task)
-        planned = self._judge(task).cases(v, cancel)
+        spec = self.task_spec(task)
+        planned = self.judge(task).cases(v, cancel)
         if planned is None:
             return None
         cases, check = planned
@@ -292,10 +293,10 @@ class Evaluator:
         work, or it fails. Script tasks' benchmark calls are checked in the timing instead (their
         reference is the suite's kernel)."""
         items = [{"case": {**case, "seed": fresh_seed()}, "trace": trace} for case, trace in traces.values()
-                 if self._judge(task).replays]
+                 if self.judge(task).replays]
         if not items:
             return traces
-        req = {"op": "replay", "task": self._task_spec(task), "items": items,
+        req = {"op": "replay", "task": self.task_spec(task), "items": items,
                "source": source if self.interpret else None}
         t0 = time.monotonic()
         try:

@@ -74,7 +74,7 @@ class MeasuringTurn:
 
     def time(self, task: Task, traces: dict, v: Verdict, replay, base_src: str | None = None):
         """Times a candidate's replayed kernels against the baseline, shape by shape; fills `v`."""
-        split = self.ev._judge(task).timed_split
+        split = self.ev.judge(task).timed_split
         timed = [(case, trace) for case, trace in traces.values() if case["split"] == split]
         if not timed:
             v.timing = "not timed: the suite gives no benchmark inputs for this task"
@@ -104,7 +104,7 @@ class MeasuringTurn:
         v.phases.update(timing_prepare_s=round(t1 - t0, 3), timing_wait_s=round(t2 - t1, 3),
                         timing_exclusive_s=round(t3 - t2, 3))
         v.times = rows
-        v.speedup, flags = speedup_from_rows(v.times, self.peaks, floor=self.ev._judge(task).floor)
+        v.speedup, flags = speedup_from_rows(v.times, self.peaks, floor=self.ev.judge(task).floor)
         v.flags += flags
         methods = sorted({r["method"] for r in v.times})
         v.timing = (f"median of {self.ev.config.trials} trials per shape, the replayed kernels and the baseline "
@@ -133,7 +133,7 @@ class MeasuringTurn:
         The plan the turn follows."""
         key = _shape_key(task, case, base_src)
         ep = self._epoch(key)
-        opening = {"op": "time_prepare", "task": self.ev._task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
+        opening = {"op": "time_prepare", "task": self.ev.task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
                    "seeds": ep["seeds"]}
         cal = _ok(replay.request({**opening, "slot": slot, "trace": trace}, self.ev.config.timing_timeout_s), "c")
         method = ""
@@ -184,7 +184,7 @@ class MeasuringTurn:
             _ok(side.request({"op": "time_open", "slot": slots[k]}, timeout), k)
         times = self._trials(sides, n)
         plan["picks"] = sorted({0, n - 1, random.randrange(n)})
-        if self.ev._judge(task).checks_in_turn:  # the suite's kernel is the oracle: its outputs, inside the turn
+        if self.ev.judge(task).checks_in_turn:  # the suite's kernel is the oracle: its outputs, inside the turn
             outs = {k: _ok(s.request({"op": "time_check", "picks": plan["picks"], "drop": k == "c",
                                       "slot": slots[k]}, timeout), k)["outputs"] for k, s in sides.items()}
             self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], outs)
@@ -230,7 +230,7 @@ class MeasuringTurn:
 
     def _check_timed_outputs(self, task: Task, case: dict, seed: int, outs: dict):
         for oc, ob in zip(outs["c"], outs["b"]):
-            problem = self.ev._judge(task).check_timed(case, seed, oc, ob)
+            problem = self.ev.judge(task).check_timed(case, seed, oc, ob)
             if problem:
                 raise TimingRejected(f"the timed replay, on inputs drawn after the trials, gave a wrong result: "
                                      f"{problem}")

@@ -38,4 +38,4 @@ def test_each_kind_names_its_baseline_and_what_is_timed(builtin, tmp_path):
 
 def test_the_evaluator_keeps_one_judge_per_task(builtin):
     with Evaluator(EvalConfig(workers=1, sandbox=False)) as ev:
-        assert ev._judge(builtin["softmax"]) is ev._judge(builtin["softmax"])
+        assert ev.judge(builtin["softmax"]) is ev.judge(builtin["softmax"])
