@@ -197,7 +197,13 @@ def cmd_validate(args) -> int:
         print(f"{len(done)} task(s) already in {path}; validating the {len(tasks)} others", flush=True)
     if not args.json:
         print(f"{'task':40} {'status':12} {'held-out':8} {'speedup':>8}  note", flush=True)
-    verdicts, entries = _validate_pass(args, tasks, path)
+    try:
+        verdicts, entries = _validate_pass(args, tasks, path)
+    except KeyboardInterrupt:
+        done = len(validation.read(path).get("tasks", {}))
+        print(f"interrupted: {done} task(s) recorded in {path}; `validate --pending` goes on from there",
+              file=sys.stderr)
+        return 130
     # a reference that ran out of GPU memory or faulted while other workers shared the GPU gets
     # a second chance with the GPU to itself: that failure may not be its own
     retry = [n for n, e in entries.items() if e["status"] == validation.INVALID

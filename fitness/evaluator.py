@@ -19,6 +19,7 @@ as early filters with clear messages for honest mistakes; no verdict depends on 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -115,21 +116,38 @@ class Evaluator:
 
     def validate_iter(self, tasks: list[Task], timed: bool = True):
         """Each task's starting kernel evaluated, as verdicts complete; a task with none
-        (KernelBench) gets its reference run."""
+        (KernelBench) gets its reference run. Stopped early (Ctrl-C in the caller), the tasks
+        not begun are dropped and those waiting for a worker give up: the thread pool would
+        otherwise have evaluated every remaining task before the interrupt got through."""
+        stop = threading.Event()
+
         def one(t):
-            return self.evaluate(t, t.start_source, timed) if t.start_source else self._reference_verdict(t)
-        with ThreadPoolExecutor(max(1, 2 * self.config.workers)) as ex:
+            if stop.is_set():
+                return None
+            if t.start_source:
+                return self.evaluate(t, t.start_source, timed, cancel=stop.is_set)
+            return self._reference_verdict(t, stop.is_set)
+        ex = ThreadPoolExecutor(max(1, 2 * self.config.workers))
+        try:
             futures = [ex.submit(one, t) for t in tasks]
-            yield from (f.result() for f in as_completed(futures))
+            for f in as_completed(futures):
+                if f.result() is not None:
+                    yield f.result()
+        finally:
+            stop.set()
+            ex.shutdown(wait=False, cancel_futures=True)
 
     def retime(self, task: Task, source: str) -> Verdict:
         """A second measurement of a candidate (export's): the whole cascade again, since a
         timing rests on traces recorded and replayed for this very evaluation."""
         return self.evaluate(task, source) or self._verdict(task)
 
-    def _reference_verdict(self, task: Task) -> Verdict:
+    def _reference_verdict(self, task: Task, cancel=None) -> Verdict | None:
         v = self._verdict(task)
-        problem = self.reference_status(task)
+        try:
+            problem = self.reference_status(task, cancel)
+        except Cancelled:
+            return None
         v.device = self.pool.info().get("device", "")
         if problem:
             v.reason = problem
@@ -193,9 +211,9 @@ class Evaluator:
             self._judges[key] = judge_for(self, task)
         return self._judges[key]
 
-    def reference_status(self, task: Task) -> str:
+    def reference_status(self, task: Task, cancel=None) -> str:
         """'' when the task's reference runs here, else why not (script tasks; builtin always run)."""
-        return self.judge(task).status()
+        return self.judge(task).status(cancel)
 
     def task_spec(self, task: Task) -> dict:
         """How a child finds the task: the suite, the name and the suite's data folder."""

@@ -103,3 +103,21 @@ def test_a_closed_pipe_ends_list_quietly():
     p = subprocess.run(f"{sys.executable} run.py list --suite builtin --json | head -c 10", shell=True, cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
+
+
+def test_ctrl_c_stops_validate_within_seconds_and_keeps_what_finished(tmp_path):
+    import signal
+    import time
+
+    record = tmp_path / "v.json"
+    proc = subprocess.Popen([sys.executable, "run.py", "validate", "--suite", "builtin", "--workers", "1",
+                             "--validation", str(record)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.readline()  # the header
+    proc.stdout.readline()  # the first task's verdict: it is recorded
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "recorded in" in err, err[-2000:]
+    assert time.monotonic() - t0 < 45  # the in-flight task at most, not the 14 others
+    assert 1 <= len(json.loads(record.read_text())["tasks"]) < 15
