@@ -57,7 +57,7 @@ def _sum_phases(total: dict[str, float], phases: dict, prefix: str) -> None:
 
 def run_pass(ev: Evaluator, items: list, label: str) -> dict:
     t0 = time.monotonic()
-    busy0 = {"measuring": getattr(ev, "measuring_s", 0.0), "correctness": ev.pool.busy_s,
+    busy0 = {"measuring": ev.measuring_s, "correctness": ev.pool.busy_s,
              "clean": ev.timer.busy_s if ev.timer else 0.0}
     verdicts = ev.evaluate_many(items)
     wall = time.monotonic() - t0
@@ -66,7 +66,7 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
         _sum_phases(phases, v.phases, "")
         for row in v.times:
             _sum_phases(phases, {k: x / 1e3 for k, x in row.get("phase_ms", {}).items()}, "timing.")
-    busy = {"measuring": getattr(ev, "measuring_s", 0.0) - busy0["measuring"],
+    busy = {"measuring": ev.measuring_s - busy0["measuring"],
             "correctness": ev.pool.busy_s - busy0["correctness"],
             "clean": (ev.timer.busy_s if ev.timer else 0.0) - busy0["clean"]}
     per_min = 60 * len(verdicts) / wall

@@ -300,7 +300,7 @@ class Evaluator:
                 if timed:
                     if cancel and cancel():
                         raise Cancelled()
-                    self._timing(task, traces, v, clean, base_src)
+                    self.turn.time(task, traces, v, clean, base_src)
         except WorkerFailure as e:  # the clean child could not be had (its zygote failed)
             self._fail(v, f"replay: {e}")
             v.flags.append("worker-replaced")
@@ -367,9 +367,6 @@ class Evaluator:
         return compare_outputs(outputs, refs, task.tolerance, expected=expected)
 
     # -------------------------------------------------------------------------------------
-    def _timing(self, task: Task, traces: dict, v: Verdict, replay, base_src: str | None = None):
-        self.turn.time(task, traces, v, replay, base_src)
-
     @property
     def measuring_s(self) -> float:
         """Time the GPU's measuring turn was held: the exclusive resource."""

@@ -141,17 +141,18 @@ class MeasuringTurn:
             sets = {"op": "time_sets", "slot": slot, "n_sets": ep["n"], "graph": True}
             method = _ok(replay.request(sets, self.ev.config.timing_timeout_s), "c")["method"]
         return {"slot": slot, "case": case, "epoch": ep, "opening": opening, "cal": cal, "n": ep["n"],
-                "method": method, "key": key, "base_src": base_src}
+                "method": method, "key": key, "base_src": base_src, "base_slot": f"epoch{ep['id']}"}
 
-    def _n_sets(self, base: dict) -> int:
+    @staticmethod
+    def _n_sets(base: dict) -> int:
         """Input sets per timed region, from the baseline's calibration of the shape."""
         return n_sets_for(base["in_bytes"], base["t_one_ms"], base["l2_bytes"])
 
     def _baseline_open(self, task: Task, plan: dict, base) -> dict:
-        """The baseline's side of this shape and epoch: kept from an earlier candidate, or
-        prepared now (draws, warm-up, calibration, input sets, graph)."""
+        """The baseline's side of this shape and epoch, opened for the trials: kept from an
+        earlier candidate, or prepared now (draws, warm-up, calibration, input sets, graph)."""
         timeout = self.ev.config.timing_timeout_s
-        slot = f"epoch{plan['epoch']['id']}"
+        slot = plan["base_slot"]
         opened = _ok(base.request({"op": "time_open", "slot": slot}, timeout), "b")
         if not opened.get("missing"):
             return opened
@@ -176,18 +177,17 @@ class MeasuringTurn:
         if plan["n"] != n or not plan["method"]:
             methods["c"] = _ok(replay.request({"op": "time_sets", "slot": plan["slot"], "n_sets": n, "graph": True},
                                               timeout), "c")["method"]
-        slots = {"c": plan["slot"], "b": f"epoch{plan['epoch']['id']}"}
+        slots = {"c": plan["slot"], "b": plan["base_slot"]}
         if len(set(methods.values())) > 1:  # both sides alike: eager when either cannot be captured
             methods = {k: _ok(s.request({"op": "time_sets", "slot": slots[k], "n_sets": n, "graph": False},
                                         timeout), k)["method"] for k, s in sides.items()}
-        for k, side in sides.items():
-            _ok(side.request({"op": "time_open", "slot": slots[k]}, timeout), k)
+        _ok(replay.request({"op": "time_open", "slot": plan["slot"]}, timeout), "c")  # the baseline's is open
         times = self._trials(sides, n)
         plan["picks"] = sorted({0, n - 1, random.randrange(n)})
         if self.ev.judge(task).checks_in_turn:  # the suite's kernel is the oracle: its outputs, inside the turn
             outs = {k: _ok(s.request({"op": "time_check", "picks": plan["picks"], "drop": k == "c",
                                       "slot": slots[k]}, timeout), k)["outputs"] for k, s in sides.items()}
-            self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], outs)
+            self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], outs["c"], outs["b"])
             plan["checked"] = True
         cal = {"c": plan["cal"], "b": b["cal"]}
         return _row(task, plan["case"], times, methods["c"], n, self.ev.config.trials, cal)
@@ -198,7 +198,7 @@ class MeasuringTurn:
             return
         req = {"op": "time_check", "slot": plan["slot"], "picks": plan["picks"]}
         outs = _ok(replay.request(req, self.ev.config.timing_timeout_s), "c")["outputs"]
-        self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], {"c": outs, "b": outs})
+        self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], outs)
 
     def baseline_side(self):
         """The long-lived baseline child: it loads only the suite's code, never a candidate's."""
@@ -228,9 +228,10 @@ class MeasuringTurn:
                 times[k].append(ms)
         return times
 
-    def _check_timed_outputs(self, task: Task, case: dict, seed: int, outs: dict):
-        for oc, ob in zip(outs["c"], outs["b"]):
-            problem = self.ev.judge(task).check_timed(case, seed, oc, ob)
+    def _check_timed_outputs(self, task: Task, case: dict, seed: int, candidate: list, baseline: list | None = None):
+        """`baseline`: the baseline's outputs of the same sets, where the judge compares with them."""
+        for i, oc in enumerate(candidate):
+            problem = self.ev.judge(task).check_timed(case, seed, oc, baseline[i] if baseline else None)
             if problem:
                 raise TimingRejected(f"the timed replay, on inputs drawn after the trials, gave a wrong result: "
                                      f"{problem}")
