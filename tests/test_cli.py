@@ -112,7 +112,10 @@ def test_ctrl_c_stops_validate_within_seconds_and_keeps_what_finished(tmp_path):
     record = tmp_path / "v.json"
     proc = subprocess.Popen([sys.executable, "run.py", "validate", "--suite", "builtin", "--workers", "1",
                              "--validation", str(record)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            # a shell's background job inherits SIGINT ignored, and Python then
+                            # leaves it ignored: seen when the suite ran as `... &`
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     proc.stdout.readline()  # the header
     proc.stdout.readline()  # the first task's verdict: it is recorded
     t0 = time.monotonic()
