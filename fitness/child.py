@@ -372,7 +372,7 @@ class Child:
         return {"method": method}
 
     def trial(self, req: dict) -> dict:
-        return {"ms": self.side.trial(int(req["k"]))}
+        return {"ms": self.side.trial(int(req["k"]), int(req.get("passes", 1)))}
 
     def time_check(self, req: dict) -> dict:
         """Outputs of the picked sets on the third draw; `drop`: the slot is done with."""

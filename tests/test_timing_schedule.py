@@ -19,10 +19,11 @@ CASE = {"split": "tuning", "shape": {"M": 4, "N": 8}, "dtype": "float32", "seed"
 class StandIn:
     """A timing child: `ms` per input set; `capture`: whether its region can be a CUDA graph;
     `stale`: its checked outputs come from the first draw instead of the third (a kernel that
-    kept an old answer)."""
+    kept an old answer); `ms` may be a list, answered in turn (a noisy side)."""
 
-    def __init__(self, task, ms=0.001, capture=True, stale=False):
-        self.task, self.ms, self.capture, self.stale = task, ms, capture, stale
+    def __init__(self, task, ms=0.001, capture=True, stale=False, in_bytes=128):
+        self.task, self.ms, self.capture, self.stale, self.in_bytes = task, ms, capture, stale, in_bytes
+        self.trials: list[dict] = []
         self.calls: list[tuple] = []
         self.sides: dict[str, dict] = {}
         self.current: dict | None = None
@@ -34,7 +35,7 @@ class StandIn:
         if op == "time_prepare":
             self.seeds.append(msg["seeds"])
             self.sides[slot] = {"case": msg["case"], "seeds": msg["seeds"], "n": 0, "method": "",
-                                "cal": {"t_one_ms": 0.01, "in_bytes": 128, "l2_bytes": 4096, "warm_ms": 1.0,
+                                "cal": {"t_one_ms": 0.01, "in_bytes": self.in_bytes, "l2_bytes": 4096, "warm_ms": 1.0,
                                         "cost": [1e3, 0.0]}}
             return dict(self.sides[slot]["cal"])
         if op == "time_sets":
@@ -48,7 +49,8 @@ class StandIn:
             return {"cal": self.current["cal"], "method": self.current["method"], "n_sets": self.current["n"]}
         if op == "trial":
             time.sleep(0.002)
-            return {"ms": self.ms}
+            self.trials.append(msg)
+            return {"ms": self.ms[(len(self.trials) - 1) % len(self.ms)] if isinstance(self.ms, list) else self.ms}
         if op == "time_check":
             side = self.sides[slot]
             seed = side["seeds"][0 if self.stale else 2]
@@ -130,3 +132,35 @@ def test_a_timed_replay_whose_outputs_are_stale_is_refused(ev, builtin):
     v = _time(ev, task, StandIn(task, stale=True))
     assert v.stage != "timed" and not v.correct
     assert "the timed replay, on inputs drawn after the trials, gave a wrong result" in v.reason
+
+
+def test_a_noisy_shape_is_timed_once_more_and_the_second_round_counts(ev, builtin):
+    task = builtin["softmax"]
+    swinging = [0.001, 0.0013, 0.0007, 0.001, 0.0016]  # a spread far over measuring.NOISY
+    replay = StandIn(task, ms=swinging)
+    v = _time(ev, task, replay)
+    assert v.stage == "timed" and len(replay.trials) == 2 * ev.config.trials
+    steady = StandIn(task)
+    _time(ev, task, steady)
+    assert len(steady.trials) == ev.config.trials
+
+
+def test_a_region_is_repeated_only_when_one_pass_over_its_sets_evicts_the_l2(ev, builtin):
+    task = builtin["softmax"]
+    ev.base = StandIn(task, in_bytes=16)
+    small = StandIn(task, in_bytes=16)  # 64 sets (the most) of 16 bytes fit a 4 KiB L2: one pass
+    _time(ev, task, small)
+    assert {t["passes"] for t in small.trials} == {1}
+    ev.base = StandIn(task, in_bytes=4096)  # the baseline's calibration decides both sides' passes
+    ev.turn._epochs.clear()
+    big = StandIn(task, in_bytes=4096)
+    _time(ev, task, big)
+    n = big.trials[0]["passes"]
+    assert n > 1 and {t["passes"] for t in ev.base.trials + big.trials} == {n}
+
+
+def test_passes_for_keeps_one_pass_while_the_sets_fit_twice_in_the_l2():
+    from fitness.timing import passes_for
+    assert passes_for(n_sets=64, in_bytes=1 << 20, t_one_ms=0.005, l2_bytes=50 << 20) == 1
+    # H100 softmax 4096x1024 fp32: 14 sets of 16 MiB, 14 us each, a 1 ms region needs 5 passes
+    assert passes_for(n_sets=14, in_bytes=16 << 20, t_one_ms=0.0143, l2_bytes=50 << 20) == 5
