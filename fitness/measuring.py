@@ -62,6 +62,18 @@ def _shape_key(task: Task, case: dict, baseline_source: str | None) -> tuple:
     return task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], hash(baseline_source)
 
 
+class _Clock:
+    """Seconds per step, added into `into`."""
+
+    def __init__(self, into: dict):
+        self.into, self.t = into, time.monotonic()
+
+    def tick(self, step: str):
+        now = time.monotonic()
+        self.into[step] = self.into.get(step, 0.0) + now - self.t
+        self.t = now
+
+
 class MeasuringTurn:
     def __init__(self, ev: Evaluator, pool: WorkerPool | None):
         """`pool`: where the long-lived baseline child comes from (a clean pool of one)."""
@@ -108,6 +120,11 @@ class MeasuringTurn:
             return
         v.phases.update(timing_prepare_s=round(t1 - t0, 3), timing_wait_s=round(t2 - t1, 3),
                         timing_exclusive_s=round(t3 - t2, 3))
+        turn: dict[str, float] = {}
+        for plan in plans:
+            for k, x in plan["turn_s"].items():
+                turn[k] = turn.get(k, 0.0) + x
+        v.phases["turn"] = {k: round(x, 3) for k, x in turn.items()}
         v.times = rows
         v.speedup, flags = speedup_from_rows(v.times, self.peaks, floor=self.ev.judge(task).floor)
         v.flags += flags
@@ -175,31 +192,45 @@ class MeasuringTurn:
     def _measure(self, task: Task, plan: dict, replay) -> dict:
         """One shape, inside the measuring turn: both sides' input sets ready, then trials
         alternating between them, each bounded by the engine's clock."""
-        timeout = self.ev.config.timing_timeout_s
+        clock = _Clock(plan.setdefault("turn_s", {}))
         sides = {"c": replay, "b": self.baseline_side()}
         b = self._baseline_open(task, plan, sides["b"])
-        n, methods = b["n_sets"], {"b": b["method"], "c": plan["method"]}
-        if plan["n"] != n or not plan["method"]:
-            methods["c"] = _ok(replay.request({"op": "time_sets", "slot": plan["slot"], "n_sets": n, "graph": True},
-                                              timeout), "c")["method"]
-        slots = {"c": plan["slot"], "b": plan["base_slot"]}
-        if len(set(methods.values())) > 1:  # both sides alike: eager when either cannot be captured
-            methods = {k: _ok(s.request({"op": "time_sets", "slot": slots[k], "n_sets": n, "graph": False},
-                                        timeout), k)["method"] for k, s in sides.items()}
-        _ok(replay.request({"op": "time_open", "slot": plan["slot"]}, timeout), "c")  # the baseline's is open
+        clock.tick("baseline_open")
+        n, slots = b["n_sets"], {"c": plan["slot"], "b": plan["base_slot"]}
+        methods = self._same_method(sides, slots, n, {"b": b["method"], "c": plan["method"] if plan["n"] == n else ""})
+        _ok(replay.request({"op": "time_open", "slot": plan["slot"]}, self.ev.config.timing_timeout_s), "c")
+        clock.tick("sets")
         bc = b["cal"]
         passes = passes_for(n, bc["in_bytes"], bc["t_one_ms"], bc["l2_bytes"])
         times = self._trials(sides, n, passes)
         if _noisy(times):  # once more: a swing of the clocks passes, a noisy kernel stays noisy
             times = self._trials(sides, n, passes)
+        clock.tick("trials")
         plan["picks"] = sorted({0, n - 1, random.randrange(n)})
         if self.ev.judge(task).checks_in_turn:  # the suite's kernel is the oracle: its outputs, inside the turn
             outs = {k: _ok(s.request({"op": "time_check", "picks": plan["picks"], "drop": k == "c",
-                                      "slot": slots[k]}, timeout), k)["outputs"] for k, s in sides.items()}
+                                      "slot": slots[k]}, self.ev.config.timing_timeout_s), k)["outputs"]
+                    for k, s in sides.items()}
             self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], outs["c"], outs["b"])
             plan["checked"] = True
+            clock.tick("checks")
         cal = {"c": plan["cal"], "b": b["cal"]}
         return _row(task, plan["case"], times, methods["c"], n, self.ev.config.trials, cal)
+
+    def _same_method(self, sides: dict, slots: dict, n: int, methods: dict) -> dict[str, str]:
+        """Both sides' regions made alike: CUDA graphs when both can be captured, else eager.
+        A side switches between the two over the same sets (the baseline's graph stays for the
+        next candidate: one uncapturable candidate once left its epoch eager for all after it)."""
+        def sets(k: str, graph: bool) -> str:
+            req = {"op": "time_sets", "slot": slots[k], "n_sets": n, "graph": graph}
+            return _ok(sides[k].request(req, self.ev.config.timing_timeout_s), k)["method"]
+        if not methods["c"]:  # prepared for another number of sets, or not yet
+            methods["c"] = sets("c", True)
+        if methods["b"] != methods["c"]:
+            methods["b"] = sets("b", methods["c"] == "cuda-graph")
+            if methods["b"] != methods["c"]:  # the baseline itself cannot be captured
+                methods["c"] = sets("c", False)
+        return methods
 
     def _check_replay(self, task: Task, plan: dict, replay):
         """The timed replay's outputs on the third draw, against the engine's own reference."""

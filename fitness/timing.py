@@ -71,7 +71,10 @@ class TimedSide:
         self.l2_bytes = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
         self.flush_buf = _flush_buffer(self.l2_bytes)
         self.sets: list[tuple] = []
-        self.outs: list = []
+        self.outs: list = []  # the graph's outputs, per set (eager: none kept)
+        self.graph = None
+        self.graph_outs: list = []
+        self.uncapturable = False
         self.method = ""
         self.run = None
         self.cal: dict = {}  # what calibrate() found, kept with a side the baseline reuses
@@ -100,20 +103,15 @@ class TimedSide:
         return tuple(to_device(a, "cuda") for a in self.draws[k])
 
     def prepare(self, n_sets: int, graph: bool) -> str:
-        self.sets = [self._copy(0) for _ in range(n_sets)]
-        if graph:
-            try:
-                for s in self.sets:  # compile and autotune outside the capture
-                    self.fn(*s)
-                torch.cuda.synchronize()
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    self.outs = [_as_list(self.fn(*s)) for s in self.sets]
-                self.run, self.method = g.replay, "cuda-graph"
-                return self.method
-            except Exception:  # noqa: BLE001 - not capturable: the engine times both sides eagerly
-                torch.cuda.synchronize()
-                self.sets = [self._copy(0) for _ in range(n_sets)]
+        """The timed region over `n_sets` input sets: a CUDA graph (captured once per number of
+        sets, kept when the side is asked for eager and back) or an eager loop."""
+        if len(self.sets) != n_sets:
+            self.sets, self.graph, self.graph_outs = [self._copy(0) for _ in range(n_sets)], None, []
+        if graph and self.graph is None and not self.uncapturable:
+            self._capture()
+        if graph and self.graph is not None:
+            self.run, self.method, self.outs = self.graph.replay, "cuda-graph", self.graph_outs
+            return self.method
         keep: list = []
 
         def run():
@@ -122,6 +120,20 @@ class TimedSide:
             torch.cuda.synchronize()  # device-wide: work on any stream belongs to the region
         self.run, self.method, self.outs = run, "eager", []
         return self.method
+
+    def _capture(self):
+        try:
+            for s in self.sets:  # compile and autotune outside the capture
+                self.fn(*s)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                outs = [_as_list(self.fn(*s)) for s in self.sets]
+            self.graph, self.graph_outs = g, outs
+        except Exception:  # noqa: BLE001 - not capturable: the engine times both sides eagerly
+            torch.cuda.synchronize()
+            self.uncapturable = True
+            self.sets = [self._copy(0) for _ in range(len(self.sets))]  # a failed capture may leave them half-written
 
     def trial(self, k: int, passes: int = 1) -> float:
         """ms per input set of one timed region (`passes` passes over the sets), on the k-th

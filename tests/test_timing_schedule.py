@@ -164,3 +164,11 @@ def test_passes_for_keeps_one_pass_while_the_sets_fit_twice_in_the_l2():
     assert passes_for(n_sets=64, in_bytes=1 << 20, t_one_ms=0.005, l2_bytes=50 << 20) == 1
     # H100 softmax 4096x1024 fp32: 14 sets of 16 MiB, 14 us each, a 1 ms region needs 5 passes
     assert passes_for(n_sets=14, in_bytes=16 << 20, t_one_ms=0.0143, l2_bytes=50 << 20) == 5
+
+
+def test_an_uncapturable_candidate_leaves_the_next_one_timed_on_graphs(ev, builtin):
+    task = builtin["softmax"]
+    assert _time(ev, task, StandIn(task, capture=False)).times[0]["method"] == "eager"
+    v = _time(ev, task, StandIn(task))
+    assert v.times[0]["method"] == "cuda-graph", v.timing
+    assert "baseline_open" in v.phases["turn"] and "trials" in v.phases["turn"]
