@@ -305,6 +305,11 @@ class Child:
         return {"results": results}
 
     # -- timing (clean children: the baseline, or a replayed trace) --------------------------
+    def warm(self, req: dict) -> dict:
+        """A spare child starts its device before its conversation is handed out."""
+        self.start_device()
+        return {"device": self.device_name()}
+
     def time_prepare(self, req: dict) -> dict:
         """Everything one timed shape needs that is not measuring (CUDA start, the kernels or
         the baseline loaded, the three draws on the GPU): the engine asks for it before the
@@ -385,7 +390,7 @@ class Child:
     # -------------------------------------------------------------------------------------
     OPS = {"import": "import_candidate", "case": "case", "script": "script", "replay": "replay",
            "time_prepare": "time_prepare", "time_open": "time_open", "time_sets": "time_sets", "trial": "trial",
-           "time_check": "time_check", "peaks": "peaks"}
+           "time_check": "time_check", "peaks": "peaks", "warm": "warm"}
 
     def handle(self, req: dict) -> dict:
         method = self.OPS.get(req.get("op"))

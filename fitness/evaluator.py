@@ -39,6 +39,7 @@ from suites.task import Task
 
 # clean children at least (they replay, then time): one measuring, others replaying or getting ready
 TIMING_CHILDREN = 3
+SPARE_CHILDREN = 2  # per pool; each holds a CUDA context (~0.5 GiB of GPU memory)
 TORCH_WORK_SHARE = 0.01  # torch work (elements read or written) allowed beside the kernels, as a share of outputs
 
 
@@ -59,7 +60,10 @@ class EvalConfig:
     device: str = "auto"  # "auto", "cpu" (Triton interpreter) or "cuda"
     timeout_s: float = 120.0  # one candidate's correctness run, compile included
     timing_timeout_s: float = 300.0
-    trials: int = 21
+    trials: int = 21  # the most timed trials per side and shape
+    # trials after which a shape stops once both sides are steady (spread under
+    # fitness.measuring.STEADY); H100 builtin: trials held 86% of the measuring turn at 21
+    min_trials: int = 7
     baseline: str = "reference"  # "reference" (PyTorch) or "start" (the task's starting kernel)
     mem_limit_gb: float = 16.0  # host memory per worker
     recycle_every: int = 50
@@ -82,13 +86,15 @@ class Evaluator:
                                  os.environ.get("TRITON_EVOLVE_CACHE")) if p)
         self.sandbox = detect(not config.sandbox, config.triton_cache, data)
         mem = int(config.mem_limit_gb * 2**30)
-        self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.triton_cache)
+        # on a GPU a few children wait forked with CUDA started (fitness.pool.WorkerPool)
+        spares = SPARE_CHILDREN if self.gpu else 0
+        self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.triton_cache, spares=spares)
         # one measuring turn per GPU (the baseline lock): the replay children and the baseline child take
         # turns in it, while the next candidates' replay children get ready beside it
         clean = {"sandbox": self.sandbox, "interpret": False, "mem_limit_bytes": mem,
-                 "triton_cache": config.triton_cache, "clean": True}
+                 "triton_cache": config.triton_cache, "clean": True, "spares": spares}
         self.timer = WorkerPool(max(TIMING_CHILDREN, config.workers // 2 + 1), **clean) if self.gpu else None
-        self.turn = MeasuringTurn(self, WorkerPool(1, **clean)) if self.gpu else None
+        self.turn = MeasuringTurn(self, WorkerPool(1, **{**clean, "spares": 0})) if self.gpu else None
         self.references = references or ReferenceCache(config.reference_cache_bytes,
                                                        "cuda" if self.gpu else "cpu")
         self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s, self.task_spec)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from fitness.evaluator import Evaluator
 
 NOISY = 0.1  # interquartile range over median of a side's trials that flags a shape
+STEADY = 0.01  # a spread under which more trials would not move the median (H100 graphs: 0.1-0.5%)
 EPOCH_USES = 16  # candidates timed on one set of draws (and one prepared baseline side) per shape
 
 
@@ -129,7 +130,9 @@ class MeasuringTurn:
         v.speedup, flags = speedup_from_rows(v.times, self.peaks, floor=self.ev.judge(task).floor)
         v.flags += flags
         methods = sorted({r["method"] for r in v.times})
-        v.timing = (f"median of {self.ev.config.trials} trials per shape, the replayed kernels and the baseline "
+        lo, hi = min(r["trials"] for r in v.times), max(r["trials"] for r in v.times)
+        v.timing = (f"median of {lo if lo == hi else f'{lo}-{hi}'} trials per shape "
+                    f"(fewer once both sides are steady), the replayed kernels and the baseline "
                     f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}; "
                     f"{t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
         if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY for r in v.times):
@@ -215,7 +218,7 @@ class MeasuringTurn:
             plan["checked"] = True
             clock.tick("checks")
         cal = {"c": plan["cal"], "b": b["cal"]}
-        return _row(task, plan["case"], times, methods["c"], n, self.ev.config.trials, cal)
+        return _row(task, plan["case"], times, methods["c"], n, len(times["c"]), cal)
 
     def _same_method(self, sides: dict, slots: dict, n: int, methods: dict) -> dict[str, str]:
         """Both sides' regions made alike: CUDA graphs when both can be captured, else eager.
@@ -257,7 +260,10 @@ class MeasuringTurn:
         """Alternating trials, the order flipped each round; each reported time must fit inside
         the engine's own clock for that request."""
         times: dict[str, list[float]] = {"c": [], "b": []}
+        enough = min(self.ev.config.min_trials, self.ev.config.trials)
         for i in range(self.ev.config.trials):
+            if i >= max(enough, 2) and max(_spread(times["c"]), _spread(times["b"])) <= STEADY:
+                break
             for k in (("c", "b") if i % 2 == 0 else ("b", "c")):
                 t = time.perf_counter()
                 req = {"op": "trial", "k": i, "passes": passes}

@@ -55,6 +55,12 @@ class Zygote:
         self.ctl = None
         self._lock = threading.Lock()
         self.log = None
+        self.shut = False  # closed for good: no fork starts it again
+
+    def shutdown(self):
+        with self._lock:
+            self.shut = True
+            self.close()
 
     def _start(self):
         self.close()
@@ -84,6 +90,8 @@ class Zygote:
         log = tempfile.TemporaryFile()
         try:
             with self._lock:
+                if self.shut:
+                    raise WorkerFailure("the pool is closed")
                 if self.proc is None or self.proc.poll() is not None:
                     self._start()
                 self.ctl.settimeout(FORK_TIMEOUT_S)
@@ -233,9 +241,16 @@ class WorkerPool:
     """`size` slots over one zygote; callers wait, in order, for a free slot."""
 
     def __init__(self, size: int, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int,
-                 triton_cache: str | None = None, clean: bool = False):
-        """`clean`: for children that never import a candidate (fitness.sandbox.worker_env)."""
+                 triton_cache: str | None = None, clean: bool = False, spares: int = 0):
+        """`clean`: for children that never import a candidate (fitness.sandbox.worker_env).
+        `spares`: children forked and with their device started ahead of need, each still used
+        for one conversation only (H100: starting CUDA took ~1 s of every child's slot)."""
         self.size = size
+        self.spares = spares
+        self._spare: list[ChildProcess] = []
+        self._spare_cv = threading.Condition()
+        self._filler: threading.Thread | None = None
+        self._closed = False
         self.zygote = Zygote(sandbox, interpret, mem_limit_bytes, triton_cache, clean)
         self._free = threading.Condition()
         self._idle = size
@@ -278,7 +293,7 @@ class WorkerPool:
         t0 = time.monotonic()
         child = None
         try:
-            child = self.zygote.fork()
+            child = self._take_spare() or self.zygote.fork()
             self._info = child.info or self._info
             yield child
         finally:
@@ -287,6 +302,43 @@ class WorkerPool:
                     self.restarts += 1
                 child.close()
             self._give_back(t0)
+
+    def _take_spare(self) -> ChildProcess | None:
+        if not self.spares:
+            return None
+        with self._spare_cv:
+            if self._filler is None:
+                self._filler = threading.Thread(target=self._fill_spares, daemon=True, name="spare-children")
+                self._filler.start()
+            while self._spare and self._spare[0].dead:
+                self._spare.pop(0).close()
+            child = self._spare.pop(0) if self._spare else None
+            self._spare_cv.notify_all()
+            return child
+
+    def _fill_spares(self):
+        """Keeps `spares` children forked and warmed (device started), in the background."""
+        while True:
+            with self._spare_cv:
+                while len(self._spare) >= self.spares and not self._closed:
+                    self._spare_cv.wait()
+                if self._closed:
+                    return
+            try:
+                child = self.zygote.fork()
+                warmed = child.request({"op": "warm"}, STARTUP_TIMEOUT_S)
+            except WorkerFailure:
+                time.sleep(1.0)  # a zygote being restarted: the next fork starts it again
+                continue
+            if warmed.get("error"):
+                child.close()
+                time.sleep(1.0)
+                continue
+            with self._spare_cv:
+                if self._closed:
+                    child.close()
+                    return
+                self._spare.append(child)
 
     def request(self, msg: dict, timeout_s: float, cancel=None, order: float | None = None) -> dict:
         """One request to a fresh child; raises WorkerFailure when the child failed."""
@@ -297,4 +349,10 @@ class WorkerPool:
         return self._info
 
     def close(self):
-        self.zygote.close()
+        with self._spare_cv:
+            self._closed = True
+            spare, self._spare = self._spare, []
+            self._spare_cv.notify_all()
+        for child in spare:
+            child.close()
+        self.zygote.shutdown()

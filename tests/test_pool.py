@@ -107,3 +107,22 @@ def test_a_candidate_child_reads_the_shared_triton_cache_and_writes_only_its_own
     assert "error" not in reply, reply
     left = sorted(f.name for f in (shared / _base32("ab12")).iterdir())
     assert left == ["entry.txt"] if strict else "new.bin" not in left
+
+
+def test_a_spare_child_is_started_ahead_and_still_serves_one_conversation_only():
+    p = WorkerPool(1, detect(True), True, 4 << 30, spares=1)
+    try:
+        with p.child() as first:  # no spare yet: forked on demand; the filler starts now
+            first_pid = first.pids[-1]
+        deadline = time.monotonic() + 60
+        while not p._spare and time.monotonic() < deadline:
+            time.sleep(0.1)
+        spare = p._spare[0]
+        with p.child() as second:
+            assert second is spare and second.pids[-1] != first_pid
+            assert "error" not in second.request({"op": "import", "source": "def softmax(x):\n    return x\n",
+                                                  "task": SPEC}, 60)
+        assert spare.dead  # killed after its one conversation, like any child
+    finally:
+        p.close()
+    assert not p._spare and p.zygote.proc is None

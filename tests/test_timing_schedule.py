@@ -140,9 +140,7 @@ def test_a_noisy_shape_is_timed_once_more_and_the_second_round_counts(ev, builti
     replay = StandIn(task, ms=swinging)
     v = _time(ev, task, replay)
     assert v.stage == "timed" and len(replay.trials) == 2 * ev.config.trials
-    steady = StandIn(task)
-    _time(ev, task, steady)
-    assert len(steady.trials) == ev.config.trials
+
 
 
 def test_a_region_is_repeated_only_when_one_pass_over_its_sets_evicts_the_l2(ev, builtin):
@@ -172,3 +170,22 @@ def test_an_uncapturable_candidate_leaves_the_next_one_timed_on_graphs(ev, built
     v = _time(ev, task, StandIn(task))
     assert v.times[0]["method"] == "cuda-graph", v.timing
     assert "baseline_open" in v.phases["turn"] and "trials" in v.phases["turn"]
+
+
+def test_a_steady_shape_stops_after_the_fewest_trials_and_a_noisy_one_runs_them_all(builtin):
+    task = builtin["softmax"]
+    e = Evaluator(EvalConfig(workers=1, trials=21, min_trials=7, sandbox=False))
+    try:
+        e.gpu, e.turn = True, MeasuringTurn(e, None)
+        e.for_comparison = lambda reply: reply
+        e.base = StandIn(task)
+        e.turn.baseline_side = lambda: e.base
+        steady = StandIn(task)
+        v = _time(e, task, steady)
+        assert len(steady.trials) == 7 and v.times[0]["trials"] == 7 and "median of 7 trials" in v.timing
+        noisy = StandIn(task, ms=[0.001, 0.0013, 0.0007, 0.001, 0.0016])
+        v = _time(e, task, noisy)
+        assert len(noisy.trials) == 2 * 21 and v.times[0]["trials"] == 21 and "noisy-timing" in v.flags
+    finally:
+        e.gpu, e.turn = False, None
+        e.close()
