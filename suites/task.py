@@ -90,10 +90,13 @@ def _draw_size(values: list[int], rng: random.Random) -> int:
     if all(v & (v - 1) == 0 for v in values):  # powers of two only (a head dim): stay one
         return 1 << rng.randint(lo.bit_length() - 1, hi.bit_length() - 1)
     x = math.exp(rng.uniform(math.log(lo), math.log(hi)))
-    n = max(lo, min(hi, step * max(1, round(x / step))))
-    if step == 1 and n > 2 and n & (n - 1) == 0:
-        n -= 1  # a power of two is the size a kernel is most often hard-coded for
-    return n
+    return _off_power_of_two(max(lo, min(hi, step * max(1, round(x / step)))), step)
+
+
+def _off_power_of_two(n: int, step: int) -> int:
+    """A power of two is the size a kernel is most often hard-coded for: one less, where sizes
+    need not be multiples of a power of two."""
+    return n - 1 if step == 1 and n > 2 and n & (n - 1) == 0 else n
 
 
 def draw_shapes(shapes: ShapeSet, rng: random.Random) -> tuple[Shape, ...]:
@@ -114,7 +117,9 @@ def draw_shapes(shapes: ShapeSet, rng: random.Random) -> tuple[Shape, ...]:
         while math.prod(_sizes(shape).values()) > limit:
             key = max(_sizes(shape), key=shape.get)
             values = [s[key] for s in given if key in _sizes(s)]
-            smaller = max(min(values), shape[key] // 2 // _step(values) * _step(values))
+            step = _step(values)
+            # halving may land on a power of two (1025 -> 512): the CPU exploit test once passed so
+            smaller = _off_power_of_two(max(min(values), shape[key] // 2 // step * step), step)
             if smaller == shape[key]:
                 break
             shape[key] = smaller

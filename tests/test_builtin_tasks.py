@@ -204,3 +204,22 @@ def test_start_source(name):
         for n in ast.walk(tree) if isinstance(n, ast.Call)
     }
     assert "print" not in calls and "contiguous" not in calls
+
+
+@pytest.mark.parametrize("interpreter", [True, False])
+def test_drawn_heldout_sizes_are_never_a_power_of_two_where_the_task_allows_any_size(interpreter):
+    """A kernel right only for powers of two must meet a size it is wrong for in every draw
+    (the size cap once halved 1025 to 512, and an exploit passed)."""
+    import random
+
+    from suites.task import _sizes, _step
+
+    for task in TASKS.values():
+        shapes = task.shape_set(interpreter)
+        given = list(shapes.tuning) + list(shapes.heldout)
+        for seed in range(200):
+            for shape in task.draw_heldout(random.Random(seed), interpreter):
+                for key, n in _sizes(shape).items():
+                    values = [s[key] for s in given if key in _sizes(s)]
+                    if len(set(values)) > 1 and _step(values) == 1:
+                        assert n <= 2 or n & (n - 1), (task.name, key, shape)
