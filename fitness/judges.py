@@ -7,7 +7,7 @@ switches through the evaluator.
   roofline of the task's cost model.
 - ScriptJudge (TritonBench, ROCm, KernelBench): the oracle is the suite's own kernel, run by the
   suite's test in a clean child (fitness.script_eval); the benchmark calls are what is timed,
-  their outputs checked against the baseline's (the suite's kernel) inside the measuring turn;
+  their outputs checked against the baseline's (the suite's kernel) on the same input sets;
   the suite's cost estimate only flags, never clamps.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ class FunctionJudge:
     timed_split = "tuning"
     replays = True  # each call replayed alone against the engine's reference
     floor = True  # the task's own cost model: times are clamped at its roofline
-    checks_in_turn = False  # the timed outputs go to the engine's reference after the turn
+    oracle_is_baseline = False  # the timed outputs are checked against the engine's reference
 
     def __init__(self, ev: Evaluator, task: Task):
         self.ev, self.task = ev, task
@@ -78,7 +78,7 @@ class ScriptJudge:
     timed_split = "timing"
     replays = False  # the benchmark calls are checked in the timing, against the suite's kernel
     floor = False  # the suite's cost estimate flags, never clamps
-    checks_in_turn = True  # the baseline's outputs are the oracle: taken inside the turn
+    oracle_is_baseline = True  # the timed outputs are checked against the baseline's, on the same sets
 
     def __init__(self, ev: Evaluator, task: Task):
         self.ev, self.task = ev, task

@@ -189,3 +189,20 @@ def test_a_steady_shape_stops_after_the_fewest_trials_and_a_noisy_one_runs_them_
     finally:
         e.gpu, e.turn = False, None
         e.close()
+
+
+def test_where_the_baseline_is_the_oracle_its_outputs_are_taken_once_per_epoch(ev, builtin, monkeypatch):
+    """Script tasks: the timed outputs are checked against the baseline's on the same sets;
+    those are taken once per epoch, and every candidate is checked after its turn."""
+    from fitness.compare import compare_tree
+    task = builtin["softmax"]
+    judge = ev.judge(task)
+    monkeypatch.setattr(type(judge), "oracle_is_baseline", True)
+    monkeypatch.setattr(type(judge), "check_timed", lambda self, case, seed, c, b: compare_tree(
+        c, b, task.tolerance, slack=1.0, path="output"))
+    first, second = StandIn(task), StandIn(task)
+    assert _time(ev, task, first).stage == "timed" and _time(ev, task, second).stage == "timed"
+    assert ev.base.ops().count("time_check") == 1
+    assert second.ops()[-1] == "time_check" and second.ops().index("trial") < second.ops().index("time_check")
+    v = _time(ev, task, StandIn(task, stale=True))
+    assert v.stage != "timed" and "gave a wrong result" in v.reason
