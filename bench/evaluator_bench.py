@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
-from fitness.verdict import geomean  # noqa: E402
+from fitness.verdict import Verdict, geomean  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 
 
@@ -107,7 +107,12 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=21)
     ap.add_argument("--rounds", type=int, default=2, help="steady state: variants of every task, evaluated together")
     ap.add_argument("--json", default=None, help="write every verdict here")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="the engine's sys.setswitchinterval (s), to see what the GIL costs the trials")
+    ap.add_argument("--no-aa", action="store_true", help="skip the A/A pass")
     args = ap.parse_args()
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     suite = load_suite(args.suite)
     tasks = [suite[n] for n in args.tasks.split(",")] if args.tasks else \
         [t for t in suite.values() if t.start_source][:args.sample]
@@ -121,11 +126,11 @@ def main() -> None:
             phase_table({"cold": cold, "steady state": steady})
             print(bound(ev, steady))
             t0 = time.monotonic()
-            aa = [ev.evaluate(t, t.start_source, aa=True) for t in tasks]
+            aa = [] if args.no_aa else [ev.evaluate(t, t.start_source, aa=True) for t in tasks]
             aa_wall = time.monotonic() - t0
     print(f"\n{'task':28} {'stage':7} {'vs baseline':>11} {'A/A':>7}  method or reason")
     noise = []
-    for v, a in zip(steady["verdicts"], aa):
+    for v, a in zip(steady["verdicts"], aa or [Verdict(task=t.name, stage="-") for t in tasks]):
         sp = f"{v.speedup:.3f}" if v.speedup else "-"
         aa_s = f"{a.speedup:.3f}" if a.speedup else "-"
         if a.speedup:

@@ -218,9 +218,9 @@ class MeasuringTurn:
         clock.tick("sets")
         bc = b["cal"]
         passes = passes_for(n, bc["in_bytes"], bc["t_one_ms"], bc["l2_bytes"])
-        times = self._trials(sides, n, passes)
+        times = self._trials(sides, n, passes, plan["turn_s"])
         if _noisy(times):  # once more: a swing of the clocks passes, a noisy kernel stays noisy
-            times = self._trials(sides, n, passes)
+            times = self._trials(sides, n, passes, plan["turn_s"])
         clock.tick("trials")
         plan["picks"] = self._picks(plan, n)
         if self.ev.judge(task).oracle_is_baseline:  # the suite's kernel is the oracle: its outputs, once per epoch
@@ -295,9 +295,10 @@ class MeasuringTurn:
             self._child_cm.__exit__(None, None, None)
             self._child = None
 
-    def _trials(self, sides: dict, n: int, passes: int) -> dict[str, list[float]]:
+    def _trials(self, sides: dict, n: int, passes: int, spent: dict) -> dict[str, list[float]]:
         """Alternating trials, the order flipped each round; each reported time must fit inside
-        the engine's own clock for that request."""
+        the engine's own clock for that request. `spent` gets the seconds of the timed regions
+        and of the children's handling (the rest of a trial's wall time is the round trip)."""
         times: dict[str, list[float]] = {"c": [], "b": []}
         enough = min(self.ev.config.min_trials, self.ev.config.trials)
         for i in range(self.ev.config.trials):
@@ -306,8 +307,12 @@ class MeasuringTurn:
             for k in (("c", "b") if i % 2 == 0 else ("b", "c")):
                 t = time.perf_counter()
                 req = {"op": "trial", "k": i, "passes": passes}
-                ms = float(_ok(sides[k].request(req, self.ev.config.timing_timeout_s), k)["ms"])
+                reply = _ok(sides[k].request(req, self.ev.config.timing_timeout_s), k)
+                ms = float(reply["ms"])
                 wall_ms = (time.perf_counter() - t) * 1e3
+                spent["trial_regions"] = spent.get("trial_regions", 0.0) + ms * n * passes / 1e3
+                handled = (reply.get("phase_ms") or {}).get("handle", 0.0)
+                spent["trial_in_child"] = spent.get("trial_in_child", 0.0) + handled / 1e3
                 if not (0 < ms * n * passes <= wall_ms * 1.02 + 0.5):
                     raise TimingRejected(f"a reported time ({ms * n * passes:.3f} ms) is not inside the engine's "
                                          f"clock for that trial ({wall_ms:.3f} ms)")
