@@ -308,7 +308,7 @@ class Child:
     def warm(self, req: dict) -> dict:
         """A spare child starts its device before its conversation is handed out."""
         self.start_device()
-        return {"device": self.device_name()}
+        return {"device": self.device_name(), "nice": os.nice(0)}
 
     def time_prepare(self, req: dict) -> dict:
         """Everything one timed shape needs that is not measuring (CUDA start, the kernels or

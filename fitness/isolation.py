@@ -25,6 +25,7 @@ CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
 MAX_FILE_BYTES = 256 << 20
 MAX_OPEN_FILES = 1024
+CANDIDATE_NICE = 10  # added to a candidate child's niceness (fitness.isolation.set_limits)
 PRIVATE_MOUNT = "/tmp/te-private"  # made by the zygote; each child mounts its own tmpfs there
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -75,8 +76,12 @@ def enter_namespaces(read_only: tuple[str, ...]) -> str:
     return PRIVATE_MOUNT
 
 
-def set_limits():
+def set_limits(clean: bool = False):
+    """`clean`: a timing child keeps the engine's priority; a candidate's child yields the CPU to
+    it (H100 host, 16 cores: a trial's round trip took 3 ms under load against 0.3 ms alone)."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if not clean:
+        os.nice(CANDIDATE_NICE)
     # processes of this user now, plus room for a candidate's threads (threads count too)
     running = sum(name.isdigit() for name in os.listdir("/proc"))
     _, hard = resource.getrlimit(resource.RLIMIT_NPROC)

@@ -45,7 +45,7 @@ def _serve_child(conn_fd: int, log_fd: int, read_only: tuple[str, ...], clean: b
 
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     os.setsid()
-    set_limits()
+    set_limits(clean)
     from fitness.child import Child
 
     Child(*state).serve(conn_fd, how)

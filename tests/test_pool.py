@@ -126,3 +126,18 @@ def test_a_spare_child_is_started_ahead_and_still_serves_one_conversation_only()
     finally:
         p.close()
     assert not p._spare and p.zygote.proc is None
+
+
+def test_a_candidates_child_runs_at_a_lower_priority_than_a_timing_child():
+    from fitness.isolation import CANDIDATE_NICE
+    base = os.nice(0)
+    pools = {clean: WorkerPool(1, detect(True), True, 4 << 30, clean=clean) for clean in (False, True)}
+    try:
+        seen = {}
+        for clean, p in pools.items():
+            with p.child() as c:
+                seen[clean] = c.request({"op": "warm"}, 60)["nice"]
+    finally:
+        for p in pools.values():
+            p.close()
+    assert seen == {False: min(19, base + CANDIDATE_NICE), True: base}
