@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from archives.metrics import aa_noise  # noqa: E402
 from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
 from fitness.verdict import Verdict, geomean  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
@@ -142,8 +143,8 @@ def main() -> None:
         print(f"\ngeomean speedup of the starting kernels vs the baseline: {geomean(timed):.3f} "
               f"over {len(timed)} tasks")
     if noise:
-        p90 = statistics.quantiles(noise, n=10)[-1] if len(noise) > 1 else noise[0]
-        print(f"A/A noise (alone, {aa_wall:.0f} s): median |A/A - 1| = {100 * statistics.median(noise):.2f}%, "
+        median, p90 = aa_noise([1 + x for x in noise])
+        print(f"A/A noise (alone, {aa_wall:.0f} s): median |A/A - 1| = {100 * median:.2f}%, "
               f"p90 {100 * p90:.2f}% (max {100 * max(noise):.2f}%) over {len(noise)} tasks")
     print(f"throughput: {cold['per_min']:.1f}/min cold, {steady['per_min']:.1f}/min steady state")
     out.update(cold_per_min=cold["per_min"], steady_per_min=steady["per_min"],
