@@ -70,7 +70,32 @@ def split_kernel_file(path: Path, exact: bool = True) -> tuple[str, str]:
         i = next((k for k, ln in enumerate(lines) if len(ln.strip()) >= 140 and set(ln.strip()) == {"#"}), None)
     if i is None:
         raise SuiteError(f"{path}: no separator line of 146 '#' between the kernel and its test")
-    return "\n".join(lines[:i]) + "\n", "\n".join(lines[i + 1:]) + "\n"
+    module, test = "\n".join(lines[:i]) + "\n", "\n".join(lines[i + 1:]) + "\n"
+    return module + hoisted_imports(module, test), test
+
+
+def hoisted_imports(module: str, test: str) -> str:
+    """The test part's top-level imports of names the kernel part uses without binding them.
+    In the suite's one file they ran before any call (block_sparse_attn calls `torch.empty` and
+    imports torch only below the separator): the kernel alone, as the timing loads it, needs them."""
+    try:
+        mod, tst = ast.parse(module), ast.parse(test)
+    except SyntaxError:
+        return ""
+    bound = set()
+    for node in mod.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            bound |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    used = {n.id for n in ast.walk(mod) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    missing = used - bound
+    keep = [node for node in tst.body
+            if (isinstance(node, ast.Import) or (isinstance(node, ast.ImportFrom) and node.level == 0))
+            and {(a.asname or a.name).split(".")[0] for a in node.names} & missing]
+    return "".join(f"{ast.unparse(node)}\n" for node in keep)
 
 
 def write_temp(name: str, text: str) -> str:

@@ -101,3 +101,20 @@ def test_offline_without_data_says_what_to_set(no_env, monkeypatch, server):
     with pytest.raises(SuiteError, match="downloading .* failed"):
         load_suite("tritonbench")
     assert not (no_env / "cache" / "data" / "tritonbench").exists()  # nothing half-written left behind
+
+
+def test_imports_below_the_separator_that_the_kernel_part_needs_are_hoisted_into_it(tmp_path):
+    """In the suite's file the test part's imports ran before any call; the kernel part alone
+    (what the timing loads) must still find them, and only those it uses."""
+    from suites.data import SEPARATOR
+    from suites.script import split_kernel_file
+    f = tmp_path / "k.py"
+    f.write_text("import triton\n\ndef run(n):\n    return torch.zeros(n), math.pi\n" + SEPARATOR +
+                 "\nimport torch\nimport math\nimport numpy as np\nfrom .helpers import x\n\ndef test_run():\n"
+                 "    return run(3)\n")
+    module, test = split_kernel_file(f)
+    ns: dict = {}
+    exec(compile(module, "k", "exec"), ns)
+    out, pi = ns["run"](3)
+    assert out.shape == (3,) and pi > 3
+    assert "numpy" not in module and "helpers" not in module and "import torch" in test
