@@ -14,15 +14,15 @@ import random
 import statistics
 import threading
 import time
-from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-import torch
-
+from fitness.harness import nbytes
 from fitness.judges import fresh_seed
 from fitness.pool import WorkerFailure, WorkerPool
+from fitness.reference import BytesLRU
 from fitness.timing import n_sets_for, passes_for
 from fitness.verdict import Verdict, speedup_from_rows
+from suites.script import tensors_of
 from suites.task import Task
 
 if TYPE_CHECKING:
@@ -47,14 +47,6 @@ def _ok(reply: dict, side: str) -> dict:
 def _spread(times: list[float]) -> float:
     q = statistics.quantiles(times, n=4)
     return (q[2] - q[0]) / statistics.median(times)
-
-
-def _tree_bytes(x) -> int:
-    if isinstance(x, torch.Tensor):
-        return x.untyped_storage().nbytes()
-    if isinstance(x, (list, tuple)):
-        return sum(_tree_bytes(v) for v in x)
-    return sum(_tree_bytes(v) for v in x.values()) if isinstance(x, dict) else 0
 
 
 def _noisy(times: dict[str, list[float]]) -> bool:
@@ -101,7 +93,8 @@ class MeasuringTurn:
         self._epoch_lock = threading.Lock()
         self._epoch_ids = itertools.count()
         self._peak_figures = None
-        self._oracles: OrderedDict[tuple, list] = OrderedDict()  # per shape and epoch: the baseline's checked outputs
+        # per shape and epoch: the baseline's checked outputs
+        self._oracles = BytesLRU(ORACLE_BYTES, lambda outs: nbytes(tensors_of(outs)))
 
     def time(self, task: Task, traces: dict, v: Verdict, replay, base_src: str | None = None):
         """Times a candidate's replayed kernels against the baseline, shape by shape; fills `v`."""
@@ -271,15 +264,11 @@ class MeasuringTurn:
         key = (plan["key"], plan["epoch"]["id"], tuple(plan["picks"]))
         with self._epoch_lock:
             if key in self._oracles:
-                self._oracles.move_to_end(key)
-                return self._oracles[key]
+                return self._oracles.get(key)
         req = {"op": "time_check", "picks": plan["picks"], "drop": False, "slot": plan["base_slot"]}
         outs = _ok(base.request(req, self.ev.config.timing_timeout_s), "b")["outputs"]
         with self._epoch_lock:
-            self._oracles[key] = outs
-            total = sum(_tree_bytes(o) for o in self._oracles.values())
-            while total > ORACLE_BYTES and len(self._oracles) > 1:
-                total -= _tree_bytes(self._oracles.popitem(last=False)[1])
+            self._oracles.put(key, outs)
         return outs
 
     def baseline_side(self):

@@ -32,14 +32,40 @@ def default_bytes() -> int:
     return min(32 << 30, physical // 4)
 
 
+class BytesLRU:
+    """Values by key, the least recently used dropped once their bytes pass `max_bytes` (the
+    newest is always kept). Not locked: its owner holds a lock around it."""
+
+    def __init__(self, max_bytes: int, size):
+        self.max_bytes, self.size = max_bytes, size  # size(value) -> bytes
+        self._items: OrderedDict = OrderedDict()
+        self._bytes = 0
+
+    def __contains__(self, key) -> bool:
+        return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key):
+        """The value (now the most recently used); KeyError where there is none."""
+        self._items.move_to_end(key)
+        return self._items[key]
+
+    def put(self, key, value):
+        self._items[key] = value
+        self._bytes += self.size(value)
+        while self._bytes > self.max_bytes and len(self._items) > 1:
+            self._bytes -= self.size(self._items.popitem(last=False)[1])
+
+
 class ReferenceCache:
     def __init__(self, max_bytes: int | None = None, device: str = "cpu"):
         if max_bytes is None:  # on the GPU: little, since fresh seeds leave little to reuse
             max_bytes = default_bytes() if device == "cpu" else DEVICE_BYTES
         self.max_bytes = max_bytes
         self.device = device
-        self._items: OrderedDict = OrderedDict()
-        self._bytes = 0
+        self._items = BytesLRU(max_bytes, lambda value: sum(r.numel() * r.element_size() for r in value[0]))
         self._lock = threading.Lock()
         self._pending: dict = {}  # key -> lock held while that case is computed
         self._compute = threading.Lock()
@@ -49,23 +75,17 @@ class ReferenceCache:
         key = task.case_key(case)
         with self._lock:
             if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
+                return self._items.get(key)
             pending = self._pending.setdefault(key, threading.Lock())
         with pending:
             with self._lock:
                 if key in self._items:  # computed while this thread waited
-                    return self._items[key]
+                    return self._items.get(key)
             with self._compute:
                 value = compute(task, case, self.device)
-            size = sum(r.numel() * r.element_size() for r in value[0])
             with self._lock:
-                self._items[key] = value
-                self._bytes += size
+                self._items.put(key, value)
                 self._pending.pop(key, None)
-                while self._bytes > self.max_bytes and len(self._items) > 1:
-                    _, (old, _) = self._items.popitem(last=False)
-                    self._bytes -= sum(r.numel() * r.element_size() for r in old)
         return value
 
 

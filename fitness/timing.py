@@ -71,9 +71,8 @@ class TimedSide:
         self.l2_bytes = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
         self.flush_buf = _flush_buffer(self.l2_bytes)
         self.sets: list[tuple] = []
-        self.outs: list = []  # the graph's outputs, per set (eager: none kept)
         self.graph = None
-        self.graph_outs: list = []
+        self.graph_outs: list = []  # the graph's outputs, per set (an eager region keeps none)
         self.uncapturable = False
         self.method = ""
         self.run = None
@@ -110,7 +109,7 @@ class TimedSide:
         if graph and self.graph is None and not self.uncapturable:
             self._capture()
         if graph and self.graph is not None:
-            self.run, self.method, self.outs = self.graph.replay, "cuda-graph", self.graph_outs
+            self.run, self.method = self.graph.replay, "cuda-graph"
             return self.method
         keep: list = []
 
@@ -118,7 +117,7 @@ class TimedSide:
             for s in self.sets:
                 keep[:] = [self.fn(*s)]
             torch.cuda.synchronize()  # device-wide: work on any stream belongs to the region
-        self.run, self.method, self.outs = run, "eager", []
+        self.run, self.method = run, "eager"
         return self.method
 
     def _capture(self):
@@ -154,7 +153,7 @@ class TimedSide:
         random numbers itself gave a different output on each side) and zeros where a buffer is
         left uninitialized (outputs the graph keeps; `empty` in an eager call)."""
         if self.method == "cuda-graph":
-            for out in self.outs:
+            for out in self.graph_outs:
                 for o in out:
                     if isinstance(o, torch.Tensor):
                         o.zero_()
@@ -162,7 +161,7 @@ class TimedSide:
             torch.manual_seed(CHECK_SEED)
             self.run()
             torch.cuda.synchronize()
-            return [[o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in self.outs[i]] for i in picks]
+            return [[o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in self.graph_outs[i]] for i in picks]
         _fill(self.sets, self.draws[2])
         outs = []
         for i in picks:

@@ -71,3 +71,15 @@ def test_a_reference_the_device_cannot_compute_is_computed_on_the_cpu(builtin):
 def test_the_default_bound_holds_a_gpu_generation_but_not_the_whole_machine():
     n = reference.default_bytes()
     assert 0 < n <= 32 << 30 and ReferenceCache().max_bytes == n
+
+
+def test_the_bounded_cache_drops_the_least_recently_used_and_always_keeps_the_newest():
+    from fitness.reference import BytesLRU
+    lru = BytesLRU(10, len)
+    lru.put("a", "xxxx")
+    lru.put("b", "xxxx")
+    lru.get("a")  # now the most recently used
+    lru.put("c", "xxxx")  # 12 bytes: the least recently used ("b") goes
+    assert "a" in lru and "c" in lru and "b" not in lru and len(lru) == 2
+    lru.put("d", "x" * 20)  # over the bound alone: kept, everything older dropped
+    assert len(lru) == 1 and "d" in lru
