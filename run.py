@@ -57,6 +57,7 @@ def _search_opts(p: argparse.ArgumentParser):
                    "sentinel: the timing noise under the search's load); 0: none (default 25)")
     p.add_argument("--target-speedup", type=float, default=None, help="stop a task once this speedup is reached")
     p.add_argument("--fresh", action="store_true", help="start a new archive even if one exists")
+    _cluster_opts(p)
     g = p.add_argument_group("LLM operators (any OpenAI-compatible endpoint; the key comes from OPENAI_API_KEY)")
     g.add_argument("--model", default=None, help="model name; setting one makes --operators llm the default")
     g.add_argument("--base-url", default=None, help="endpoint, e.g. http://localhost:8000/v1 "
@@ -79,6 +80,40 @@ def _search_opts(p: argparse.ArgumentParser):
     g.add_argument("--llm-exchange", default=None, metavar="DIR",
                    help="no network: write each round's LLM requests to DIR/requests.jsonl (Batch API format) "
                    "and stop (exit 3); run again once DIR holds the Batch API output .jsonl")
+
+
+def _cluster_opts(p: argparse.ArgumentParser):
+    g = p.add_argument_group("evaluation on a Dask cluster (needs the [cluster] extra)")
+    g.add_argument("--cluster", default="local", metavar="WHERE",
+                   help="local (default: this process's pools, no Dask), gpus (a unit per GPU of this machine), "
+                   "slurm (dask-jobqueue jobs, one GPU each), or a scheduler's address tcp://HOST:8786")
+    g.add_argument("--cluster-attempts", type=int, default=3, metavar="N",
+                   help="units a candidate may kill before it is failed (default 3)")
+    g.add_argument("--cluster-jobs", type=int, default=1, metavar="N", help="slurm: jobs (GPUs) to submit")
+    g.add_argument("--cluster-partition", default=None, help="slurm: partition")
+    g.add_argument("--cluster-account", default=None, help="slurm: account")
+    g.add_argument("--cluster-walltime", default="04:00:00", help="slurm: each job's time limit (default 04:00:00)")
+    g.add_argument("--cluster-job-cores", type=int, default=16, help="slurm: CPU cores per job (default 16)")
+    g.add_argument("--cluster-job-memory", default="64GB", help="slurm: host memory per job (default 64GB)")
+
+
+def _cluster_config(args):
+    """--cluster and its options checked, as a fitness.cluster.ClusterConfig (None: local)."""
+    where = args.cluster
+    if where == "local":
+        return None
+    if where not in ("gpus", "slurm") and "://" not in where:
+        raise UsageError(f"--cluster takes local, gpus, slurm or a scheduler address (tcp://HOST:PORT), not {where!r}")
+    if args.cluster_attempts < 1 or args.cluster_jobs < 1 or args.cluster_job_cores < 1:
+        raise UsageError("--cluster-attempts, --cluster-jobs and --cluster-job-cores must be at least 1")
+    try:
+        from fitness.cluster import ClusterConfig
+    except ImportError as e:
+        raise UsageError(f"--cluster {where} needs Dask ({e.name} is missing): pip install -e '.[cluster]'") from None
+    return ClusterConfig(where=where, attempts=args.cluster_attempts, jobs=args.cluster_jobs,
+                         partition=args.cluster_partition, account=args.cluster_account,
+                         walltime=args.cluster_walltime, job_cores=args.cluster_job_cores,
+                         job_memory=args.cluster_job_memory)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,7 +168,14 @@ def _evaluator(args):
     config = EvalConfig(seeds=seeds, workers=args.workers, device=args.device, timeout_s=args.timeout,
                         trials=args.trials, baseline=args.baseline, sandbox=not args.no_sandbox,
                         suite_path=args.suite_path, mem_limit_gb=args.mem_limit)
+    cluster = _cluster_config(args) if hasattr(args, "cluster") else None
     try:
+        if cluster is not None:
+            from fitness.cluster import ClusterError, ClusterEvaluator
+            try:
+                return ClusterEvaluator(config, cluster)
+            except ClusterError as e:
+                raise UsageError(str(e)) from None
         return Evaluator(config)
     except RuntimeError as e:
         raise UsageError(str(e)) from None

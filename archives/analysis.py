@@ -17,6 +17,8 @@ Rules (stated in the report as well):
 """
 from __future__ import annotations
 
+import json
+
 from archives import metrics as m
 from archives.report_data import ReportData
 
@@ -160,9 +162,22 @@ def session_summary(data: ReportData) -> list[dict]:
     return [{"id": s["id"], "started": s.get("started"), "wall_s": s.get("wall_s"), "evaluations": s.get("evaluations"),
              "workers": s.get("workers"), "status": s.get("status"), "aa_n": s.get("aa_n"),
              "aa_median": s.get("aa_median"), "aa_p90": s.get("aa_p90"),
+             "units": unit_rates(s),
              **m.session_rates(s.get("evaluations"), s.get("wall_s"), s.get("workers"), s.get("correctness_busy_s"),
-                               s.get("timing_busy_s"))}
+                               s.get("timing_busy_s"), s.get("gpus") or 1)}
             for s in data.sessions]
+
+
+def unit_rates(session: dict) -> list[dict]:
+    """Per evaluation unit (one per GPU under --cluster) of a session: its device, evaluations per
+    minute of the session's wall time, and how busy its measuring turn and workers were."""
+    try:
+        units = json.loads(session.get("units") or "[]")
+    except ValueError:
+        return []
+    return [{"unit": u["unit"], "device": u["device"], "evaluations": u["evaluations"],
+             **m.session_rates(u["evaluations"], session.get("wall_s"), u["workers"], u["correctness_busy_s"],
+                               u["measuring_s"] if u["gpu"] else None)} for u in units]
 
 
 def cost_curve(data: ReportData, counted: list[str]) -> list[dict]:

@@ -44,7 +44,10 @@ LLM_COLUMNS = {"id": int, "run_id": int, "candidate_id": int, "task": str, "oper
 SESSION_COLUMNS = {"id": int, "run_id": int, "started": float, "wall_s": float, "evaluations": int, "workers": int,
                    "correctness_busy_s": float, "timing_busy_s": float, "status": str,
                    # A/A sentinels timed during the session: how many, median and p90 of |A/A - 1|
-                   "aa_n": int, "aa_median": float, "aa_p90": float}
+                   "aa_n": int, "aa_median": float, "aa_p90": float,
+                   # GPUs timing in the session, and each evaluation unit's work (JSON list of
+                   # fitness.evaluator.UnitStats): per-device throughput under --cluster
+                   "gpus": int, "units": str}
 SENTINEL_COLUMNS = {"id": int, "run_id": int, "task": str, "speedup": float, "verdict": str, "created": float}
 
 

@@ -123,12 +123,13 @@ def best_kernel(rows: list[dict], need_heldout: bool) -> dict | None:
 
 
 def session_rates(evaluations: int, wall_s: float, workers: int, correctness_busy_s: float,
-                  timing_busy_s: float | None) -> dict:
-    """A searching command's evaluations per minute and the shares of its wall time the GPU
-    timing worker (None: no GPU) and the correctness workers, all together, were busy."""
+                  timing_busy_s: float | None, gpus: int = 1) -> dict:
+    """A searching command's evaluations per minute and the shares of its wall time the GPUs'
+    measuring turns (None: no GPU; mean over `gpus`) and the correctness workers, all together,
+    were busy."""
     wall = max(wall_s or 0.0, 1e-9)
     return {"per_min": 60 * (evaluations or 0) / wall,
-            "timing_busy": None if timing_busy_s is None else timing_busy_s / wall,
+            "timing_busy": None if timing_busy_s is None else timing_busy_s / (wall * max(gpus or 1, 1)),
             "correctness_busy": (correctness_busy_s or 0.0) / (wall * max(workers or 1, 1))}
 
 

@@ -131,6 +131,12 @@ def tables(r: dict) -> list[tuple]:
                       f"{s['wall_s']:.0f} s", str(s["evaluations"]), f"{s['per_min']:.1f}", pct(s["timing_busy"]),
                       f"{pct(s['correctness_busy'])} of {s['workers']}", _aa_cell(s), s["status"] or "?"]
                      for s in r["sessions"]]))
+        units = [(s["id"], u) for s in r["sessions"] for u in s.get("units", [])]
+        if len({u["unit"] for _, u in units}) > 1:  # a cluster's sessions: each GPU's share of the work
+            out.append(("Per device (evaluation units)", ["session", "unit", "device", "evaluations", "per minute",
+                                                          "GPU measuring turn", "correctness workers busy"],
+                        [[str(sid), u["unit"], u["device"], str(u["evaluations"]), f"{u['per_min']:.1f}",
+                          pct(u["timing_busy"]), pct(u["correctness_busy"])] for sid, u in units]))
     llm = r["llm"]
     if llm["calls"]:
         out.append(("LLM calls", ["calls", "errors", "prompt tokens", "completion tokens", "latency (s)", "models"],

@@ -8,9 +8,11 @@ recorded, the rest stay in the archive unevaluated and are picked up on resume.
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 
 from archives.archive import Archive
@@ -152,10 +154,8 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
     stop = threading.Event()
     progress = Progress(len(tasks))
     t0, started = time.monotonic(), time.time()
-    workers = max(1, evaluator.config.workers)
-    # candidates in flight: one per correctness worker, the rest queued for the timing worker
-    # or being compared, so the workers never wait for a candidate to be handed to them
-    evals = ThreadPoolExecutor(3 * workers + 1, thread_name_prefix="evaluate")
+    # candidates in flight: every slot of every evaluation unit (fitness.evaluator.slots_per_unit)
+    evals = ThreadPoolExecutor(evaluator.parallelism, thread_name_prefix="evaluate")
 
     sentinels = Sentinels(args.aa_every, archive, run_id, evaluator, evals, stop)
 
@@ -186,7 +186,8 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
     # tasks side by side, not one batch after another: the evaluator's pool bounds the real work,
     # and under --time-limit a task queued behind others would never start (seen on the H100:
     # 7 of 15 builtin tasks got no evaluation in 250 s with 8 task threads)
-    runner = ThreadPoolExecutor(min(len(tasks), max(MAX_TASK_THREADS, workers)), thread_name_prefix="task")
+    runner = ThreadPoolExecutor(min(len(tasks), max(MAX_TASK_THREADS, evaluator.parallelism)),
+                                thread_name_prefix="task")
     futures = [runner.submit(one, t) for t in tasks.values()]
     try:
         while not all(f.done() for f in futures):
@@ -210,11 +211,13 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
         runner.shutdown(wait=not interrupted, cancel_futures=True)
         evals.shutdown(wait=not interrupted, cancel_futures=True)
         wall = time.monotonic() - t0
-        busy = evaluator.measuring_s if evaluator.timer else None
+        busy = evaluator.measuring_s if evaluator.gpu else None
     aa_speedups = archive.sentinel_speedups(run_id, since=started)
     aa = aa_noise(aa_speedups)
-    stats = {"started": started, "wall_s": round(wall, 3), "evaluations": progress.evals, "workers": workers,
-             "correctness_busy_s": round(evaluator.pool.busy_s, 3),
+    units = [asdict(u) for u in evaluator.units(progress.evals)]
+    stats = {"started": started, "wall_s": round(wall, 3), "evaluations": progress.evals,
+             "workers": evaluator.workers, "gpus": evaluator.gpus, "units": json.dumps(units),
+             "correctness_busy_s": round(evaluator.correctness_busy_s, 3),
              "timing_busy_s": None if busy is None else round(busy, 3), "status": run_status(interrupted, statuses),
              "aa_n": len(aa_speedups),
              "aa_median": aa[0] if aa else None, "aa_p90": aa[1] if aa else None}
@@ -224,10 +227,13 @@ def _search(archive, run_id, tasks, search, operators, evaluator, args) -> bool:
 
 
 def session_line(s: dict) -> str:
-    r = session_rates(s["evaluations"], s["wall_s"], s["workers"], s["correctness_busy_s"], s["timing_busy_s"])
+    r = session_rates(s["evaluations"], s["wall_s"], s["workers"], s["correctness_busy_s"], s["timing_busy_s"],
+                      s.get("gpus") or 1)
     line = f"{s['evaluations']} evaluations in {s['wall_s']:.0f} s = {r['per_min']:.1f}/min"
     if r["timing_busy"] is not None:
-        line += f"; GPU measuring turn held {100 * r['timing_busy']:.0f}% of the wall time"
+        gpus = s.get("gpus") or 1
+        line += (f"; GPU measuring turn held {100 * r['timing_busy']:.0f}% of the wall time"
+                 + (f" (mean of {gpus} GPUs)" if gpus > 1 else ""))
     # which side bounds the throughput: near 100% here and low above means compile and
     # correctness starve the measuring turn
     line += f"; correctness workers busy {100 * r['correctness_busy']:.0f}%"

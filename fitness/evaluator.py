@@ -53,6 +53,25 @@ def _add_phases(total: dict, more: dict | None):
         total[k] = round(total.get(k, 0.0) + ms, 2)
 
 
+def slots_per_unit(workers: int) -> int:
+    """Evaluations kept in flight per evaluator: one per correctness worker, the rest waiting for
+    the measuring turn or being compared, so the workers never wait to be handed a candidate."""
+    return 3 * max(1, workers) + 1
+
+
+@dataclass(frozen=True)
+class UnitStats:
+    """An evaluation unit's work in one searching command (a local run has one unit; a cluster one
+    per GPU): the per-device throughput the report gives."""
+    unit: str  # "local", or host:gpu:pid of a Dask worker (a restarted worker is a new unit)
+    device: str  # what its children run on: the GPU's name, or the CPU interpreter
+    gpu: bool
+    workers: int  # its correctness workers
+    evaluations: int
+    correctness_busy_s: float
+    measuring_s: float  # its GPU's measuring turn held (0 without a GPU)
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     seeds: tuple[int, ...] = (0, 1)  # every case runs once per seed: fresh data defeats result caches
@@ -377,3 +396,23 @@ class Evaluator:
     def measuring_s(self) -> float:
         """Time the GPU's measuring turn was held: the exclusive resource."""
         return self.turn.busy_s if self.turn else 0.0
+
+    @property
+    def correctness_busy_s(self) -> float:
+        return self.pool.busy_s
+
+    @property
+    def workers(self) -> int:
+        return self.config.workers
+
+    @property
+    def gpus(self) -> int:
+        return int(self.gpu)
+
+    @property
+    def parallelism(self) -> int:
+        return slots_per_unit(self.config.workers)
+
+    def units(self, evaluations: int = 0) -> list[UnitStats]:
+        return [UnitStats("local", self.pool.info().get("device", "?"), self.gpu, self.config.workers,
+                          evaluations, round(self.pool.busy_s, 3), round(self.measuring_s, 3))]

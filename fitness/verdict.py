@@ -22,6 +22,7 @@ class Verdict:
     times: list[dict] = field(default_factory=list)  # per timed shape: candidate/baseline/floor ms
     cases: list[dict] = field(default_factory=list)  # per correctness case: split, shape, dtype, ok
     device: str = ""
+    unit: str = ""  # under --cluster: the evaluation unit (host:gpu:pid) that ran it
     sandbox: str = ""
     timing: str = ""  # how (or why not) it was timed
     baseline: str = ""
