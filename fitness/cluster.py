@@ -23,8 +23,8 @@ import threading
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from fitness.evaluator import EvalConfig, Evaluator, UnitStats, slots_per_unit
-from fitness.verdict import Verdict
+from fitness.evaluator import EvalConfig, Evaluator, slots_per_unit
+from fitness.verdict import UnitStats, Verdict
 from suites.task import Task
 
 RESOURCE = "GPU"  # what a unit offers one of; every evaluation asks for a share of it

@@ -34,7 +34,7 @@ from fitness.reference import ReferenceCache
 from fitness.sandbox import detect
 from fitness.script_eval import ScriptReferences
 from fitness.static_gate import check_source
-from fitness.verdict import Verdict
+from fitness.verdict import UnitStats, Verdict
 from suites.task import Task
 
 # clean children at least (they replay, then time): one measuring, others replaying or getting ready
@@ -57,19 +57,6 @@ def slots_per_unit(workers: int) -> int:
     """Evaluations kept in flight per evaluator: one per correctness worker, the rest waiting for
     the measuring turn or being compared, so the workers never wait to be handed a candidate."""
     return 3 * max(1, workers) + 1
-
-
-@dataclass(frozen=True)
-class UnitStats:
-    """An evaluation unit's work in one searching command (a local run has one unit; a cluster one
-    per GPU): the per-device throughput the report gives."""
-    unit: str  # "local", or host:gpu:pid of a Dask worker (a restarted worker is a new unit)
-    device: str  # what its children run on: the GPU's name, or the CPU interpreter
-    gpu: bool
-    workers: int  # its correctness workers
-    evaluations: int
-    correctness_busy_s: float
-    measuring_s: float  # its GPU's measuring turn held (0 without a GPU)
 
 
 @dataclass(frozen=True)

@@ -69,3 +69,16 @@ def speedup_from_rows(rows: list[dict], peaks: dict | None, floor: bool = True) 
     if speedup > SUSPICIOUS_SPEEDUP:
         flags.append(f"speedup-over-{SUSPICIOUS_SPEEDUP:g}x-review")
     return speedup, sorted(set(flags))
+
+
+@dataclass(frozen=True)
+class UnitStats:
+    """An evaluation unit's work in one searching command (a local run has one unit; a cluster one
+    per GPU): the per-device throughput the report gives."""
+    unit: str  # "local", or host:gpu:pid of a Dask worker (a restarted worker is a new unit)
+    device: str  # what its children run on: the GPU's name, or the CPU interpreter
+    gpu: bool
+    workers: int  # its correctness workers
+    evaluations: int
+    correctness_busy_s: float
+    measuring_s: float  # its GPU's measuring turn held (0 without a GPU)
