@@ -16,6 +16,7 @@ different GPU models never share a ratio; each verdict names its unit and device
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import socket
@@ -267,14 +268,14 @@ def _quiet(attempts: int | None = None):
     """Dask's settings for clusters started or joined here: INFO lines about workers coming and
     going stay off the terminal; a scheduler started here fails a task after it killed
     `attempts` workers."""
-    import logging
-
     import dask
 
     dask.config.set({"logging.distributed": "warning"})
     if attempts is not None:
         dask.config.set({"distributed.scheduler.allowed-failures": max(0, attempts - 1)})
-    logging.getLogger("distributed").setLevel(logging.WARNING)
+    for name in ["distributed", *logging.root.manager.loggerDict]:  # Dask sets some child loggers' own levels
+        if name.startswith("distributed"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def visible_gpus() -> list[str]:
@@ -291,8 +292,9 @@ def unit_options(slots: int, gpu: str | None, host: str | None = None) -> dict:
     """A Nanny's options for one unit: pinned to `gpu` (None: no GPU, the interpreter), one
     `GPU` resource, `slots` threads, and no Dask memory limit (the evaluator bounds its children
     and caches itself; Dask's would kill a unit holding a large reference cache)."""
-    options = {"nthreads": slots, "resources": {RESOURCE: 1}, "memory_limit": 0,
-               "env": {"CUDA_VISIBLE_DEVICES": gpu if gpu is not None else ""}}
+    # the worker process reads its log level from the environment when it imports Dask
+    options = {"nthreads": slots, "resources": {RESOURCE: 1}, "memory_limit": 0, "silence_logs": logging.WARNING,
+               "env": {"CUDA_VISIBLE_DEVICES": gpu if gpu is not None else "", "DASK_LOGGING__DISTRIBUTED": "warning"}}
     if host:
         options["host"] = host
     return options
@@ -317,7 +319,7 @@ def gpu_cluster(gpus: list, slots: int):
         raise ClusterError("--cluster gpus: this machine has no visible CUDA device")
     workers = {f"gpu{g}": {"cls": Nanny, "options": unit_options(slots, str(g), "127.0.0.1")} for g in gpus}
     return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {
-        "host": "127.0.0.1", "dashboard_address": None}}, silence_logs=False)
+        "host": "127.0.0.1", "dashboard_address": None}}, silence_logs=logging.WARNING)
 
 
 def slurm_cluster(cluster: ClusterConfig, slots: int):
