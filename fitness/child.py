@@ -377,7 +377,9 @@ class Child:
         return {"method": method}
 
     def trial(self, req: dict) -> dict:
-        return {"ms": self.side.trial(int(req["k"]), int(req.get("passes", 1)))}
+        """`reps` timed regions back to back (draws k, k+1, ...): one round trip for several."""
+        k, passes = int(req["k"]), int(req.get("passes", 1))
+        return {"ms": [self.side.trial(k + j, passes) for j in range(max(1, int(req.get("reps", 1))))]}
 
     def time_check(self, req: dict) -> dict:
         """Outputs of the picked sets on the third draw; `drop`: the slot is done with."""

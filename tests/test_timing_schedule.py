@@ -9,7 +9,7 @@ import pytest
 import fitness.measuring as measuring
 from fitness.evaluator import EvalConfig, Evaluator
 from fitness.harness import draw_inputs
-from fitness.measuring import MeasuringTurn
+from fitness.measuring import TRIAL_REPS, MeasuringTurn
 from fitness.verdict import Verdict
 from suites.script import to_wire
 
@@ -47,10 +47,13 @@ class StandIn:
                 return {"missing": True}
             self.current = self.sides[slot]
             return {"cal": self.current["cal"], "method": self.current["method"], "n_sets": self.current["n"]}
-        if op == "trial":
+        if op == "trial":  # one entry per timed region: a request asks for `reps` of them
             time.sleep(0.002)
-            self.trials.append(msg)
-            return {"ms": self.ms[(len(self.trials) - 1) % len(self.ms)] if isinstance(self.ms, list) else self.ms}
+            out = []
+            for _ in range(msg.get("reps", 1)):
+                self.trials.append(msg)
+                out.append(self.ms[(len(self.trials) - 1) % len(self.ms)] if isinstance(self.ms, list) else self.ms)
+            return {"ms": out}
         if op == "time_check":
             side = self.sides[slot]
             seed = side["seeds"][0 if self.stale else 2]
@@ -141,6 +144,23 @@ def test_a_noisy_shape_is_timed_once_more_and_the_second_round_counts(ev, builti
     v = _time(ev, task, replay)
     assert v.stage == "timed" and len(replay.trials) == 2 * ev.config.trials
 
+
+def test_trials_come_a_few_regions_per_request_with_the_sides_alternating_request_by_request(ev, builtin):
+    task = builtin["softmax"]
+    ev.base = StandIn(task)
+    replay = StandIn(task, ms=[0.001, 0.0013, 0.0007, 0.001, 0.0016])  # noisy: every trial is run
+    order = []  # the trial requests of both sides, in the order the turn sent them
+    for side, child in (("c", replay), ("b", ev.base)):
+        def logged(msg, timeout, side=side, send=child.request):
+            if msg["op"] == "trial":
+                order.append((side, msg["reps"]))
+            return send(msg, timeout)
+        child.request = logged
+    _time(ev, task, replay)
+    assert len(replay.trials) == 2 * ev.config.trials  # every region is a sample
+    assert len(order) < 2 * len(replay.trials) and all(1 <= reps <= TRIAL_REPS for _, reps in order)
+    assert all(a[0] != b[0] for a, b in zip(order[::2], order[1::2]))  # each round: one request per side
+    assert sum(r for side, r in order if side == "c") == sum(r for side, r in order if side == "b")
 
 
 def test_a_region_is_repeated_only_when_one_pass_over_its_sets_evicts_the_l2(ev, builtin):
