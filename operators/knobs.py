@@ -13,6 +13,7 @@ a kernel whose grid assumes it; the evaluator says so and selection drops the ch
 from __future__ import annotations
 
 import ast
+import functools
 import random
 from dataclasses import dataclass
 
@@ -73,10 +74,18 @@ class _Offsets:
 
 def find_knobs(source: str) -> list[Knob]:
     """Every knob of the source, in source order; [] when it does not parse."""
+    return list(_knobs_of(source))
+
+
+@functools.lru_cache(maxsize=2048)
+def _knobs_of(source: str) -> tuple[Knob, ...]:
+    """Kept per source: a parent is proposed from many times, and finding its knobs walks its
+    tree once per function (55 ms a proposal under a profiler, the engine's largest cost when
+    32 Dask units asked it for candidates: bench/cluster_scale.py)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return []
+        return ()
     data = source.encode()
     off = _Offsets(data)
     jit = _jit_names(tree)
@@ -126,7 +135,7 @@ def find_knobs(source: str) -> list[Knob]:
             if kw.arg in ("num_warps", "num_stages") and _int_const(kw.value) is not None:
                 knobs.append(Knob(("config", i, kw.arg), kw.arg, kw.value.value, off.span(kw.value)))
     knobs.sort(key=lambda k: k.span[0] if k.span else k.insert_at)
-    return knobs
+    return tuple(knobs)
 
 
 def apply(source: str, changes: dict[Knob, int]) -> str | None:
