@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
-import os
 import sys
 import threading
 import time
@@ -58,9 +57,6 @@ def stand_in_evaluate(hold_s, config, suite, name, source, timed, aa):
 
 def _in_flight(dask_scheduler=None) -> tuple[int, int]:
     tasks = dask_scheduler.tasks.values()
-    if os.environ.get("TE_STATES"):
-        from collections import Counter
-        print(Counter(t.state for t in tasks), flush=True)
     return len(tasks), sum(t.state == "processing" for t in tasks)
 
 
@@ -82,7 +78,7 @@ def main() -> int:
     from fitness.evaluator import EvalConfig, slots_per_unit
 
     t0 = time.monotonic()
-    dask.config.set({"logging.distributed": "error", "distributed.scheduler.worker-saturation": float(os.environ.get("TE_SAT", "1.1"))})
+    dask.config.set({"logging.distributed": "error"})
     cluster = LocalCluster(n_workers=a.units, threads_per_worker=slots_per_unit(a.workers), processes=True,
                            resources={RESOURCE: 1}, host="127.0.0.1", dashboard_address=None, silence_logs=50)
     print(f"{a.units} Dask worker processes up in {time.monotonic() - t0:.0f} s", flush=True)

@@ -322,3 +322,18 @@ def test_time_breakdown_of_a_search_and_of_one_session(cpu_search_archive):
     assert one.returncode == 0 and one.stdout.startswith(f"{n} evaluations of run 1 in") and "session 1" in one.stdout
     missing = subprocess.run([*script, "--session", "9"], capture_output=True, text=True, timeout=120)
     assert missing.returncode != 0 and "has no session 9" in missing.stderr
+
+
+def test_each_units_throughput_is_its_evaluations_over_the_sessions_wall_time():
+    import json
+
+    from archives.analysis import unit_rates
+
+    units = [{"unit": "n1:gpu0:1", "device": "NVIDIA H100", "gpu": True, "workers": 8, "evaluations": 60,
+              "correctness_busy_s": 240.0, "measuring_s": 54.0},
+             {"unit": "n1:gpu1:2", "device": "NVIDIA H100", "gpu": True, "workers": 8, "evaluations": 30,
+              "correctness_busy_s": 120.0, "measuring_s": 27.0}]
+    rows = unit_rates({"wall_s": 60.0, "units": json.dumps(units)})
+    assert [(r["unit"], r["per_min"]) for r in rows] == [("n1:gpu0:1", 60.0), ("n1:gpu1:2", 30.0)]
+    assert rows[0]["timing_busy"] == 0.9 and rows[0]["correctness_busy"] == 0.5
+    assert unit_rates({"wall_s": 60.0, "units": None}) == [] and unit_rates({"wall_s": 1.0, "units": "{bad"}) == []
