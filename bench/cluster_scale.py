@@ -96,13 +96,6 @@ def main() -> int:
                                           "--export", a.archive + "-best", "--aa-every", "0"])
     cpu0 = time.process_time()
     wall0 = time.monotonic()
-    holder["units"] = None
-    orig_close = ClusterEvaluator.close
-
-    def close(self):  # the units' totals, read before the client goes
-        holder["units"] = self.units()
-        orig_close(self)
-    ClusterEvaluator.close = close
     samples: list[tuple[int, int]] = []
     done = threading.Event()
 
@@ -122,7 +115,7 @@ def main() -> int:
     # the search's own wall time (the session's), not the start-up and export around it
     wall = sqlite3.connect(a.archive).execute("select wall_s from sessions order by id desc").fetchone()[0]
     cpu_wall = time.monotonic() - wall0
-    units = holder["units"]
+    units = holder["ev"].units()  # the engine's own record: still there after the client closed
     held = sum(u.correctness_busy_s for u in units)
     evals = sum(u.evaluations for u in units)
     busy = [u.correctness_busy_s / wall for u in units]

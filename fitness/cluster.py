@@ -50,14 +50,9 @@ class ClusterConfig:
     job_cores: int = 16  # slurm: each job's CPU cores (its correctness workers use them)
     gpus: tuple[str, ...] = field(default_factory=tuple)  # gpus: which CUDA devices (default: all visible)
 
-    @property
-    def distributed(self) -> bool:
-        return self.where != "local"
-
 
 # -- the unit's side (runs in a Dask worker process) ------------------------------------------
 _units: dict[EvalConfig, Evaluator] = {}
-_counts: dict[EvalConfig, int] = {}
 _lock = threading.Lock()
 
 
@@ -69,13 +64,14 @@ def _unit_name() -> str:
 def _evaluator(config: EvalConfig) -> Evaluator:
     with _lock:
         if config not in _units:
-            _units[config], _counts[config] = Evaluator(config), 0
+            _units[config] = Evaluator(config)
         return _units[config]
 
 
 def _stats(config: EvalConfig, ev: Evaluator) -> UnitStats:
+    """The unit's running totals; its evaluations are counted by the engine, per command."""
     return UnitStats(unit=_unit_name(), device=ev.pool.info().get("device", "?"), gpu=ev.gpu,
-                     workers=config.workers, evaluations=_counts[config],
+                     workers=config.workers, evaluations=0,
                      correctness_busy_s=ev.pool.busy_s, measuring_s=ev.measuring_s)
 
 
@@ -101,8 +97,6 @@ def evaluate_here(config: EvalConfig, suite: str, name: str, source: str, timed:
         raise LookupError(f"unit {_unit_name()} has no task {name!r} in suite {suite!r} "
                           f"(its suite data: {config.suite_path or os.environ.get('TRITON_EVOLVE_DATA')})")
     v = ev.evaluate(tasks[name], source, timed, aa=aa)
-    with _lock:
-        _counts[config] += 1
     v.unit = _unit_name()
     return v, _stats(config, ev)
 
@@ -215,7 +209,8 @@ class ClusterEvaluator:
         return self.evaluate(task, source) or Verdict(task=task.name)
 
     def units(self, evaluations: int = 0) -> list[UnitStats]:
-        """Each unit's work in this command (its totals less what the probe found)."""
+        """Each unit's work in this command (its totals less what the probe found); the
+        evaluations are those each unit returned here (the argument serves the local evaluator)."""
         with self._lock:
             out = []
             for name, s in sorted(self._stats.items()):
@@ -270,9 +265,10 @@ def _quiet(attempts: int | None = None):
     `attempts` workers."""
     import dask
 
-    dask.config.set({"logging.distributed": "warning"})
+    settings = {"logging.distributed": "warning"}
     if attempts is not None:
-        dask.config.set({"distributed.scheduler.allowed-failures": max(0, attempts - 1)})
+        settings["distributed.scheduler.allowed-failures"] = max(0, attempts - 1)
+    dask.config.set(settings)
     for name in ["distributed", *logging.root.manager.loggerDict]:  # Dask sets some child loggers' own levels
         if name.startswith("distributed"):
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -334,7 +330,6 @@ def slurm_cluster(cluster: ClusterConfig, slots: int):
     return SLURMCluster(cores=slots, job_cpu=cluster.job_cores, processes=1, memory=cluster.job_memory,
                         walltime=cluster.walltime, job_extra_directives=["--gres=gpu:1", *extra],
                         worker_extra_args=["--resources", f"{RESOURCE}=1"])
-
 
 
 # -- triton-evolve-worker: units for a scheduler started elsewhere ------------------------------
