@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import fitness.evaluator as evaluator_module  # noqa: E402
 from archives.metrics import aa_noise  # noqa: E402
 from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
 from fitness.verdict import Verdict, geomean  # noqa: E402
@@ -56,8 +58,18 @@ def _sum_phases(total: dict[str, float], phases: dict, prefix: str) -> None:
             total[prefix + k] = total.get(prefix + k, 0.0) + x
 
 
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of every CPU since boot (Linux), or zeros."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
 def run_pass(ev: Evaluator, items: list, label: str) -> dict:
-    t0 = time.monotonic()
+    t0, cpu0, engine0 = time.monotonic(), _cpu_ticks(), time.process_time()
     busy0 = {"measuring": ev.measuring_s, "correctness": ev.pool.busy_s,
              "clean": ev.timer.busy_s if ev.timer else 0.0}
     verdicts = ev.evaluate_many(items)
@@ -72,6 +84,24 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
             "clean": (ev.timer.busy_s if ev.timer else 0.0) - busy0["clean"]}
     per_min = 60 * len(verdicts) / wall
     print(f"[{label}] {len(verdicts)} candidates in {wall:.1f} s = {per_min:.1f} candidates/min", flush=True)
+    cpu1 = _cpu_ticks()
+    if cpu1[1] > cpu0[1]:
+        print(f"[{label}] the machine's CPUs busy {100 * (cpu1[0] - cpu0[0]) / (cpu1[1] - cpu0[1]):.0f}% "
+              f"({os.cpu_count()} CPUs); the engine process {time.process_time() - engine0:.1f} CPU s "
+              f"({(time.process_time() - engine0) / max(1, len(verdicts)):.3f} per candidate)", flush=True)
+    for name, pool in (("correctness", ev.pool), ("clean", ev.timer)):
+        if pool is not None and pool.spares:
+            n = max(1, pool.served["spare"])
+            print(f"[{label}] {name} children so far: {pool.served['spare']} warm from {pool.spares} spares, "
+                  f"{pool.served['cold']} forked cold; a spare's device start {pool.spare_start_s / n:.2f} s "
+                  f"on average", flush=True)
+    exclusive = [v.phases["timing_exclusive_s"] for v in verdicts if "timing_exclusive_s" in v.phases]
+    rows = [r for v in verdicts for r in v.times]
+    if exclusive:
+        kept = sum(r.get("baseline_kept", False) for r in rows)
+        print(f"[{label}] measuring turn per timed candidate: median {statistics.median(exclusive):.3f} s, "
+              f"max {max(exclusive):.3f} s; the baseline's kept trials used on {kept} of {len(rows)} shapes; "
+              f"baseline sides prepared inside the turn so far: {ev.turn.baseline_prepares}", flush=True)
     return {"verdicts": verdicts, "wall": wall, "per_min": per_min, "phases": phases, "busy": busy}
 
 
@@ -111,7 +141,13 @@ def main() -> None:
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="the engine's sys.setswitchinterval (s), to see what the GIL costs the trials")
     ap.add_argument("--no-aa", action="store_true", help="skip the A/A pass")
+    ap.add_argument("--spares", type=int, default=None, help="warm spare children per pool, at least")
+    ap.add_argument("--clean", type=int, default=None, help="clean (replay and timing) children, at least")
     args = ap.parse_args()
+    if args.spares is not None:
+        evaluator_module.SPARE_CHILDREN = args.spares
+    if args.clean is not None:
+        evaluator_module.TIMING_CHILDREN = args.clean
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     suite = load_suite(args.suite)

@@ -37,9 +37,12 @@ from fitness.static_gate import check_source
 from fitness.verdict import UnitStats, Verdict
 from suites.task import Task
 
-# clean children at least (they replay, then time): one measuring, others replaying or getting ready
+# clean children at least (they replay, then time): one measuring, others replaying or getting ready;
+# as many as correctness workers (H100 builtin with 8 workers and 5 clean children: the clean
+# children, busy 87%, bound the steady rate)
 TIMING_CHILDREN = 3
-SPARE_CHILDREN = 2  # per pool; each holds a CUDA context (~0.5 GiB of GPU memory)
+# per pool at least, else a third of its slots; each holds a CUDA context (~0.5 GiB of GPU memory)
+SPARE_CHILDREN = 2
 TORCH_WORK_SHARE = 0.01  # torch work (elements read or written) allowed beside the kernels, as a share of outputs
 
 
@@ -93,13 +96,16 @@ class Evaluator:
         self.sandbox = detect(not config.sandbox, config.triton_cache, data)
         mem = int(config.mem_limit_gb * 2**30)
         # on a GPU a few children wait forked with CUDA started (fitness.pool.WorkerPool)
-        spares = SPARE_CHILDREN if self.gpu else 0
-        self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.triton_cache, spares=spares)
+        def spares(size: int) -> int:
+            return max(SPARE_CHILDREN, -(-size // 3)) if self.gpu else 0
+        self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.triton_cache,
+                               spares=spares(config.workers))
         # one measuring turn per GPU (the baseline lock): the replay children and the baseline child take
         # turns in it, while the next candidates' replay children get ready beside it
+        n_clean = max(TIMING_CHILDREN, config.workers)
         clean = {"sandbox": self.sandbox, "interpret": False, "mem_limit_bytes": mem,
-                 "triton_cache": config.triton_cache, "clean": True, "spares": spares}
-        self.timer = WorkerPool(max(TIMING_CHILDREN, config.workers // 2 + 1), **clean) if self.gpu else None
+                 "triton_cache": config.triton_cache, "clean": True, "spares": spares(n_clean)}
+        self.timer = WorkerPool(n_clean, **clean) if self.gpu else None
         self.turn = MeasuringTurn(self, WorkerPool(1, **{**clean, "spares": 0})) if self.gpu else None
         self.references = references or ReferenceCache(config.reference_cache_bytes,
                                                        "cuda" if self.gpu else "cpu")
@@ -335,6 +341,7 @@ class Evaluator:
         except WorkerFailure as e:
             return self._fail(v, f"replay: {e}")
         v.phases["replay_s"] = round(time.monotonic() - t0, 3)
+        v.phases["replay_child_ms"] = dict(reply.get("phase_ms") or {})
         if reply.get("error"):
             return self._fail(v, f"replay: {reply['error']}")
         for item, res in zip(items, reply.get("results", [])):

@@ -36,6 +36,14 @@ EPOCH_USES = 16  # candidates timed on one set of draws (and one prepared baseli
 # request's round trip under a search's load was ~3 ms against ~1 ms of timed region, and
 # the round trips held more of the measuring turn than the regions (0.42 of 0.77 s per candidate)
 TRIAL_REPS = 3
+# The baseline's trials are kept per shape and epoch (same clean process, inputs and graph) and
+# reused: each turn the baseline runs one request of TRIAL_REPS regions beside the candidate's,
+# which joins the kept ones; every REMEASURE_EVERY-th candidate of an epoch, or when that request
+# strays over DRIFT from the kept median (the GPU changed: clocks, a neighbour), both sides
+# alternate fully again. H100 builtin: the baseline's regions were half of every turn's trials.
+BASELINE_KEPT = 21  # the most recent baseline trials a shape's median is taken over
+REMEASURE_EVERY = 8
+DRIFT = 0.03
 
 
 class TimingRejected(Exception):
@@ -57,12 +65,16 @@ def _noisy(times: dict[str, list[float]]) -> bool:
     return max(_spread(times["c"]), _spread(times["b"])) > NOISY
 
 
-def _row(task: Task, case: dict, times: dict, method: str, n_sets: int, trials: int, cal: dict) -> dict:
+def _row(task: Task, plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> dict:
+    """`baseline_kept`: the baseline's median is over its kept trials of the epoch (this turn's
+    tracking request among them), not over trials alternating with this candidate's only."""
     bytes_, flops = cal["b"].get("cost") or (0.0, 0.0)
+    case = plan["case"]
     return {"shape": case["shape"], "dtype": case["dtype"], "candidate_ms": statistics.median(times["c"]),
             "baseline_ms": statistics.median(times["b"]), "candidate_spread": _spread(times["c"]),
-            "baseline_spread": _spread(times["b"]), "method": method, "input_sets": n_sets, "trials": trials,
-            "bytes": bytes_, "flops": flops,
+            "baseline_spread": _spread(times["b"]), "method": method, "input_sets": n_sets,
+            "trials": len(times["c"]), "baseline_trials": len(times["b"]),
+            "baseline_kept": bool(plan.get("baseline_reused")), "bytes": bytes_, "flops": flops,
             "phase_ms": {"warm_up": cal["c"].get("warm_ms", 0.0), "baseline_warm_up": cal["b"].get("warm_ms", 0.0)}}
 
 
@@ -97,6 +109,7 @@ class MeasuringTurn:
         self._epoch_lock = threading.Lock()
         self._epoch_ids = itertools.count()
         self._peak_figures = None
+        self.baseline_prepares = 0  # baseline sides prepared inside the turn
         # per shape and epoch: the baseline's checked outputs
         self._oracles = BytesLRU(ORACLE_BYTES, lambda outs: nbytes(tensors_of(outs)))
 
@@ -141,10 +154,13 @@ class MeasuringTurn:
         v.flags += flags
         methods = sorted({r["method"] for r in v.times})
         lo, hi = min(r["trials"] for r in v.times), max(r["trials"] for r in v.times)
+        kept = sum(r["baseline_kept"] for r in v.times)
         v.timing = (f"median of {lo if lo == hi else f'{lo}-{hi}'} trials per shape "
                     f"(fewer once both sides are steady), the replayed kernels and the baseline "
-                    f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}; "
-                    f"{t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
+                    f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}"
+                    + (f"; the baseline's median over its last trials of this epoch's draws on {kept} of "
+                       f"{len(v.times)} shapes (it ran beside this candidate too)" if kept else "")
+                    + f"; {t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
         if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY for r in v.times):
             v.flags.append("noisy-timing")
         v.stage = "timed"
@@ -191,6 +207,8 @@ class MeasuringTurn:
         opened = _ok(base.request({"op": "time_open", "slot": slot}, timeout), "b")
         if not opened.get("missing"):
             return opened
+        plan["baseline_prepared"] = True  # a new epoch, or its side dropped for memory
+        self.baseline_prepares += 1
         cal = _ok(base.request({**plan["opening"], "slot": slot, "baseline_source": plan["base_src"]}, timeout), "b")
         key = plan["key"]
         self._baseline_cal[key] = cal
@@ -208,23 +226,59 @@ class MeasuringTurn:
         clock = _Clock(plan.setdefault("turn_s", {}))
         sides = {"c": replay, "b": self.baseline_side()}
         b = self._baseline_open(task, plan, sides["b"])
-        clock.tick("baseline_open")
+        clock.tick("baseline_prepare" if plan.get("baseline_prepared") else "baseline_open")
         n, slots = b["n_sets"], {"c": plan["slot"], "b": plan["base_slot"]}
         methods = self._same_method(sides, slots, n, {"b": b["method"], "c": plan["method"] if plan["n"] == n else ""})
         _ok(replay.request({"op": "time_open", "slot": plan["slot"]}, self.ev.config.timing_timeout_s), "c")
         clock.tick("sets")
         bc = b["cal"]
         passes = passes_for(n, bc["in_bytes"], bc["t_one_ms"], bc["l2_bytes"])
-        times = self._trials(sides, n, passes, plan["turn_s"])
-        if _noisy(times):  # once more: a swing of the clocks passes, a noisy kernel stays noisy
-            times = self._trials(sides, n, passes, plan["turn_s"])
+        times = self._timed_trials(plan, sides, (methods["c"], n, passes))
         clock.tick("trials")
         plan["picks"] = self._picks(plan, n)
         if self.ev.judge(task).oracle_is_baseline:  # the suite's kernel is the oracle: its outputs, once per epoch
             plan["oracle"] = self._oracle(plan, sides["b"])
             clock.tick("checks")
         cal = {"c": plan["cal"], "b": b["cal"]}
-        return _row(task, plan["case"], times, methods["c"], n, len(times["c"]), cal)
+        return _row(task, plan, times, methods["c"], n, cal)
+
+    def _timed_trials(self, plan: dict, sides: dict, how: tuple[str, int, int]) -> dict[str, list[float]]:
+        """The candidate's trials and the baseline's: the baseline's kept ones of this epoch
+        where they still hold (one tracking request of its own this turn joins them), else both
+        sides alternating fully. `how`: (method, input sets, passes), which kept trials share."""
+        _, n, passes = how
+        kept = self._kept(plan, how)
+        if kept:
+            times = self._trials(sides, n, passes, plan["turn_s"], track=True)
+            held = abs(statistics.median(times["b"]) / statistics.median(kept) - 1) <= DRIFT
+            times["b"] = (kept + times["b"])[-BASELINE_KEPT:]
+            if held and not _noisy(times):
+                self._keep(plan, how, times["b"], full=False)
+                plan["baseline_reused"] = True
+                return times
+        times = self._trials(sides, n, passes, plan["turn_s"])
+        if _noisy(times) and not kept:  # once more: a swing of the clocks passes, a noisy kernel stays noisy
+            times = self._trials(sides, n, passes, plan["turn_s"])
+        self._keep(plan, how, times["b"], full=True)
+        return times
+
+    def _kept(self, plan: dict, how: tuple) -> list[float] | None:
+        """The baseline's kept trials of this shape and epoch, timed the same way; None when a
+        full alternation is due."""
+        with self._epoch_lock:
+            ep = self._epochs.get(plan["key"])
+            kept = ep.get("kept") if ep is not None and ep["id"] == plan["epoch"]["id"] else None
+            if not kept or kept["how"] != how or kept["since_full"] >= REMEASURE_EVERY - 1:
+                return None
+            return list(kept["times"])
+
+    def _keep(self, plan: dict, how: tuple, times: list[float], full: bool):
+        with self._epoch_lock:
+            ep = self._epochs.get(plan["key"])
+            if ep is None or ep["id"] != plan["epoch"]["id"]:
+                return
+            since = 0 if full else ep["kept"]["since_full"] + 1
+            ep["kept"] = {"how": how, "times": times[-BASELINE_KEPT:], "since_full": since}
 
     def _same_method(self, sides: dict, slots: dict, n: int, methods: dict) -> dict[str, str]:
         """Both sides' regions made alike: CUDA graphs when both can be captured, else eager.
@@ -288,20 +342,23 @@ class MeasuringTurn:
             self._child_cm.__exit__(None, None, None)
             self._child = None
 
-    def _trials(self, sides: dict, n: int, passes: int, spent: dict) -> dict[str, list[float]]:
+    def _trials(self, sides: dict, n: int, passes: int, spent: dict, track: bool = False) -> dict[str, list[float]]:
         """Alternating requests of TRIAL_REPS trials each, the order flipped each round; the
-        times a request reports must fit inside the engine's own clock for it. `spent` gets the
-        seconds of the timed regions and of the children's handling (the rest of a request's
-        wall time is the round trip)."""
+        times a request reports must fit inside the engine's own clock for it. `track`: the
+        baseline runs in the first round only (its kept trials stand for the rest). `spent` gets
+        the seconds of the timed regions and of the children's handling (the rest of a
+        request's wall time is the round trip)."""
         times: dict[str, list[float]] = {"c": [], "b": []}
         most = self.ev.config.trials
         enough = max(min(self.ev.config.min_trials, most), 2)
+        steady = ("c",) if track else ("c", "b")
         for r in itertools.count():
             i = len(times["c"])
-            if i >= most or (i >= enough and max(_spread(times["c"]), _spread(times["b"])) <= STEADY):
+            if i >= most or (i >= enough and max(_spread(times[k]) for k in steady) <= STEADY):
                 break
             reps = min(TRIAL_REPS, most - i, enough - i if i < enough else most)  # a stop can come at `enough`
-            for k in (("c", "b") if r % 2 == 0 else ("b", "c")):
+            order = ("c", "b") if r % 2 == 0 else ("b", "c")
+            for k in (order if not track or r == 0 else ("c",)):
                 t = time.perf_counter()
                 req = {"op": "trial", "k": i, "passes": passes, "reps": reps}
                 reply = _ok(sides[k].request(req, self.ev.config.timing_timeout_s), k)

@@ -244,12 +244,15 @@ class WorkerPool:
                  triton_cache: str | None = None, clean: bool = False, spares: int = 0):
         """`clean`: for children that never import a candidate (fitness.sandbox.worker_env).
         `spares`: children forked and with their device started ahead of need, each still used
-        for one conversation only (H100: starting CUDA took ~1 s of every child's slot)."""
+        for one conversation only (H100: starting CUDA took ~1 s of every child's slot); as
+        many are started at once (H100 builtin, one filler: the spares ran out and every child
+        of the steady state still waited ~1 s for its device)."""
         self.size = size
         self.spares = spares
         self._spare: list[ChildProcess] = []
         self._spare_cv = threading.Condition()
-        self._filler: threading.Thread | None = None
+        self._fillers: list[threading.Thread] = []
+        self._filling = 0  # children being forked and warmed now
         self._closed = False
         self.zygote = Zygote(sandbox, interpret, mem_limit_bytes, triton_cache, clean)
         self._free = threading.Condition()
@@ -258,6 +261,10 @@ class WorkerPool:
         self._tickets = itertools.count()
         self.restarts = 0  # children killed for a failure (crash, hang, memory, fault)
         self.busy_s = 0.0  # summed time slots were held (a utilisation figure)
+        # how children came: warm from the spares, or forked when none was ready; and the
+        # seconds the spares took to start their device (figures for bench/evaluator_bench.py)
+        self.served = {"spare": 0, "cold": 0}
+        self.spare_start_s = 0.0
         self._info: dict = {}
 
     def _take(self, cancel=None, order: float | None = None):
@@ -293,7 +300,9 @@ class WorkerPool:
         t0 = time.monotonic()
         child = None
         try:
-            child = self._take_spare() or self.zygote.fork()
+            child = self._take_spare()
+            self.served["spare" if child is not None else "cold"] += 1
+            child = child or self.zygote.fork()
             self._info = child.info or self._info
             yield child
         finally:
@@ -307,9 +316,11 @@ class WorkerPool:
         if not self.spares:
             return None
         with self._spare_cv:
-            if self._filler is None:
-                self._filler = threading.Thread(target=self._fill_spares, daemon=True, name="spare-children")
-                self._filler.start()
+            if not self._fillers:
+                self._fillers = [threading.Thread(target=self._fill_spares, daemon=True, name=f"spare-children-{i}")
+                                 for i in range(self.spares)]
+                for t in self._fillers:
+                    t.start()
             while self._spare and self._spare[0].dead:
                 self._spare.pop(0).close()
             child = self._spare.pop(0) if self._spare else None
@@ -320,25 +331,33 @@ class WorkerPool:
         """Keeps `spares` children forked and warmed (device started), in the background."""
         while True:
             with self._spare_cv:
-                while len(self._spare) >= self.spares and not self._closed:
+                while len(self._spare) + self._filling >= self.spares and not self._closed:
                     self._spare_cv.wait()
                 if self._closed:
                     return
-            try:
-                child = self.zygote.fork()
-                warmed = child.request({"op": "warm"}, STARTUP_TIMEOUT_S)
-            except WorkerFailure:
-                time.sleep(1.0)  # a zygote being restarted: the next fork starts it again
-                continue
-            if warmed.get("error"):
-                child.close()
-                time.sleep(1.0)
-                continue
+                self._filling += 1
+            child = self._warmed_child()
             with self._spare_cv:
-                if self._closed:
+                self._filling -= 1
+                if child is not None and self._closed:
                     child.close()
                     return
-                self._spare.append(child)
+                if child is not None:
+                    self._spare.append(child)
+            if child is None:
+                time.sleep(1.0)  # a zygote being restarted: the next fork starts it again
+
+    def _warmed_child(self) -> ChildProcess | None:
+        try:
+            child = self.zygote.fork()
+            warmed = child.request({"op": "warm"}, STARTUP_TIMEOUT_S)
+        except WorkerFailure:
+            return None
+        if warmed.get("error"):
+            child.close()
+            return None
+        self.spare_start_s += (warmed.get("phase_ms") or {}).get("device_start", 0.0) / 1e3
+        return child
 
     def request(self, msg: dict, timeout_s: float, cancel=None, order: float | None = None) -> dict:
         """One request to a fresh child; raises WorkerFailure when the child failed."""

@@ -18,6 +18,7 @@ wrappers, heuristics and autotuner: a stronger filter there, not a wall.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -315,8 +316,24 @@ def interpreted_kernel(module, key: str):
     raise ReplayError(f"the recorded kernel {qualname} is not a kernel of the module")
 
 
+_LOADED: dict[str, object] = {}  # this process's kernels by their description's digest
+
+
 def load_compiled(desc: dict):
-    """A Triton CompiledKernel rebuilt from a recorded description, through Triton's own loader."""
+    """A Triton CompiledKernel rebuilt from a recorded description, through Triton's own loader;
+    once per process for each distinct kernel (a candidate's shapes and cases share theirs)."""
+    try:
+        digest = hashlib.sha256(json.dumps([desc["metadata"], desc["signature"], desc["constants"],
+                                            desc["arg_names"], desc["name"]], sort_keys=True).encode()
+                                + bytes(desc["binary"].numpy().tobytes())).hexdigest()
+    except (KeyError, TypeError, AttributeError, ValueError):
+        raise ReplayError("unreadable kernel description in trace") from None
+    if digest not in _LOADED:
+        _LOADED[digest] = _load_compiled(desc)
+    return _LOADED[digest]
+
+
+def _load_compiled(desc: dict):
     from triton.backends.compiler import GPUTarget  # noqa: F401 - imported for CompiledKernel's json
     from triton.compiler.compiler import CompiledKernel
 

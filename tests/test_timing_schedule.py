@@ -226,3 +226,28 @@ def test_where_the_baseline_is_the_oracle_its_outputs_are_taken_once_per_epoch(e
     assert second.ops()[-1] == "time_check" and second.ops().index("trial") < second.ops().index("time_check")
     v = _time(ev, task, StandIn(task, stale=True))
     assert v.stage != "timed" and "gave a wrong result" in v.reason
+
+
+def test_the_baseline_runs_one_request_per_turn_beside_its_kept_trials_and_fully_every_few_candidates(
+        ev, builtin, monkeypatch):
+    monkeypatch.setattr(measuring, "REMEASURE_EVERY", 3)
+    task = builtin["softmax"]
+    per_turn = []
+    for _ in range(4):
+        before = len(ev.base.trials)
+        v = _time(ev, task, StandIn(task))
+        per_turn.append((len(ev.base.trials) - before, v.times[0]["baseline_kept"]))
+    assert per_turn[0][1] is False and per_turn[3][1] is False  # the first, then every third: full
+    assert per_turn[1] == (TRIAL_REPS, True) and per_turn[2] == (TRIAL_REPS, True)
+    assert per_turn[0][0] == per_turn[3][0] == ev.config.trials  # (5 here) alternating with the candidate's
+
+
+def test_a_baseline_that_strays_from_its_kept_trials_is_timed_fully_again(ev, builtin):
+    task = builtin["softmax"]
+    _time(ev, task, StandIn(task))
+    ev.base.ms = 0.001 * (1 + 3 * measuring.DRIFT)  # the GPU changed under the baseline
+    before = len(ev.base.trials)
+    v = _time(ev, task, StandIn(task, ms=0.001 * (1 + 3 * measuring.DRIFT)))
+    assert not v.times[0]["baseline_kept"] and len(ev.base.trials) - before > TRIAL_REPS
+    assert v.times[0]["baseline_ms"] == pytest.approx(0.001 * (1 + 3 * measuring.DRIFT))
+    assert v.speedup == pytest.approx(1.0)

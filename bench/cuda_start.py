@@ -1,0 +1,93 @@
+"""What starting CUDA costs a forked child (GPU): wall and CPU seconds of each step, alone and
+with several children starting at once. Not a test; quote its output.
+
+    python bench/cuda_start.py [--parallel 1,4,8] [--children 8]
+
+Forked from a parent that imported torch and triton without touching CUDA, as fitness.zygote
+does; each child times: the first CUDA tensor (context), a matmul (cuBLAS), a Triton kernel's
+first launch from the compile cache. (Loading Triton's driver in the parent instead, to spare
+the children that 0.6 s, left them unable to start CUDA: "Cannot re-initialize CUDA in forked
+subprocess", on torch 2.11 / Triton 3.6.)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add_one(x_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1, mask=i < n)
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _child(w) -> None:
+    out = {}
+    x = []
+    for step, fn in (("context", lambda: x.append(torch.randn(64, 64, device="cuda"))),
+                     ("cublas", lambda: (x[0] @ x[0]).sum().item()),
+                     ("triton_launch", lambda: (_add_one[(1,)](torch.zeros(100, device="cuda"), 100, BLOCK=128),
+                                                torch.cuda.synchronize()))):
+        t, c = time.perf_counter(), _cpu()
+        fn()
+        out[step] = (time.perf_counter() - t, _cpu() - c)
+    os.write(w, json.dumps(out).encode())
+    os._exit(0)
+
+
+def run(parallel: int, children: int) -> dict:
+    results, t0 = [], time.perf_counter()
+    for start in range(0, children, parallel):
+        pipes = []
+        for _ in range(min(parallel, children - start)):
+            r, w = os.pipe()
+            if os.fork() == 0:
+                os.close(r)
+                _child(w)
+            os.close(w)
+            pipes.append(r)
+        for r in pipes:
+            results.append(json.loads(os.read(r, 1 << 16)))
+            os.close(r)
+        while True:
+            try:
+                os.wait()
+            except ChildProcessError:
+                break
+    wall = time.perf_counter() - t0
+    return {"wall_per_child": wall / children,
+            **{step: tuple(statistics.median(r[step][k] for r in results) for k in (0, 1)) for step in results[0]}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parallel", default="1,4,8")
+    ap.add_argument("--children", type=int, default=8)
+    args = ap.parse_args()
+    if os.fork() == 0:  # compile the Triton kernel once, outside the timed children
+        _child(os.open(os.devnull, os.O_WRONLY))
+    os.wait()
+    print(f"{os.cpu_count()} CPUs; torch {torch.__version__}, triton {triton.__version__}")
+    for p in (int(x) for x in args.parallel.split(",")):
+        r = run(p, args.children)
+        steps = ", ".join(f"{k} {v[0]:.3f} s wall / {v[1]:.3f} s CPU" for k, v in r.items() if k != "wall_per_child")
+        print(f"{p} at once: {r['wall_per_child']:.3f} s per child; median per step: {steps}", flush=True)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

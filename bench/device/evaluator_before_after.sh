@@ -1,0 +1,10 @@
+#!/bin/bash
+# The evaluator bench on builtin, the evaluator at f303be2 (git archive in .before/, carried) and
+# HEAD, one after the other on the same machine: candidates/min cold and steady, A/A noise.
+cd "$(dirname "$0")/../.."
+bash .whl/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/bw/usr/bin:$PATH TRITON_EVOLVE_DATA=$PWD/.suites PYTHONUNBUFFERED=1
+R=${ROUNDS:-4}
+if [ -d .before ] && [ -z "$SKIP_BEFORE" ]; then
+  (cd .before && timeout -s KILL ${LIMIT:-240} python bench/evaluator_bench.py --workers 8 --rounds $R > $OUT/bench-before.txt 2>&1; echo "exit $?" >> $OUT/bench-before.txt)
+fi
+timeout -s KILL ${LIMIT:-240} python bench/evaluator_bench.py --workers 8 --rounds $R > $OUT/bench-head.txt 2>&1; echo "exit $?" >> $OUT/bench-head.txt
