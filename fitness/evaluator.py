@@ -318,7 +318,7 @@ class Evaluator:
                 if timed:
                     if cancel and cancel():
                         raise Cancelled()
-                    self.turn.time(task, traces, v, clean, base_src)
+                    self.turn.time(task, traces, v, clean, base_src, cancel)
         except WorkerFailure as e:  # the clean child could not be had (its zygote failed)
             self._fail(v, f"replay: {e}")
             v.flags.append("worker-replaced")

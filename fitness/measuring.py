@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from fitness.harness import nbytes
 from fitness.judges import fresh_seed
-from fitness.pool import WorkerFailure, WorkerPool
+from fitness.pool import Cancelled, WorkerFailure, WorkerPool
 from fitness.reference import BytesLRU
 from fitness.timing import n_sets_for, passes_for
 from fitness.verdict import Verdict, speedup_from_rows
@@ -113,8 +113,10 @@ class MeasuringTurn:
         # per shape and epoch: the baseline's checked outputs
         self._oracles = BytesLRU(ORACLE_BYTES, lambda outs: nbytes(tensors_of(outs)))
 
-    def time(self, task: Task, traces: dict, v: Verdict, replay, base_src: str | None = None):
-        """Times a candidate's replayed kernels against the baseline, shape by shape; fills `v`."""
+    def time(self, task: Task, traces: dict, v: Verdict, replay, base_src: str | None = None, cancel=None):
+        """Times a candidate's replayed kernels against the baseline, shape by shape; fills `v`.
+        Raises Cancelled when `cancel()` turns true while it waits for the turn (a stopping run
+        does not wait for the GPU: the candidate stays unevaluated, for a resume)."""
         split = self.ev.judge(task).timed_split
         timed = [(case, trace) for case, trace in traces.values() if case["split"] == split]
         if not timed:
@@ -129,11 +131,14 @@ class MeasuringTurn:
             plans = [self._prepare(task, slot, case, trace, replay, base_src)
                      for slot, (case, trace) in enumerate(timed)]
             t1 = time.monotonic()
-            with self.lock:
+            self._take_turn(cancel)
+            try:
                 t2 = time.monotonic()
                 rows = [self._measure(task, plan, replay) for plan in plans]
                 t3 = time.monotonic()
                 self.busy_s += t3 - t2
+            finally:
+                self.lock.release()
             for plan in plans:  # after the turn: only the engine's reference is needed
                 self._check_replay(task, plan, replay)
         except (WorkerFailure, TimingRejected) as e:
@@ -164,6 +169,11 @@ class MeasuringTurn:
         if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY for r in v.times):
             v.flags.append("noisy-timing")
         v.stage = "timed"
+
+    def _take_turn(self, cancel=None):
+        while not self.lock.acquire(timeout=0.2 if cancel else -1):
+            if cancel():
+                raise Cancelled()
 
     def _epoch(self, key: tuple) -> dict:
         """The draws this shape is timed on now. Both sides run the same three draws; the

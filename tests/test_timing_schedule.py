@@ -251,3 +251,20 @@ def test_a_baseline_that_strays_from_its_kept_trials_is_timed_fully_again(ev, bu
     assert not v.times[0]["baseline_kept"] and len(ev.base.trials) - before > TRIAL_REPS
     assert v.times[0]["baseline_ms"] == pytest.approx(0.001 * (1 + 3 * measuring.DRIFT))
     assert v.speedup == pytest.approx(1.0)
+
+
+def test_a_stopping_run_does_not_wait_for_the_measuring_turn(ev, builtin):
+    from fitness.pool import Cancelled
+    task = builtin["softmax"]
+    replay = StandIn(task)
+    v = Verdict(task=task.name, stage="correct", correct=True, heldout_correct=True)
+    ev.turn.lock.acquire()  # another candidate is being measured
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(Cancelled):
+            ev.turn.time(task, {"k": (CASE, {"trace": "stand-in"})}, v, replay,
+                         cancel=lambda: time.monotonic() > t0 + 0.3)
+        assert time.monotonic() - t0 < 2 and "trial" not in replay.ops()
+    finally:
+        ev.turn.lock.release()
+    assert _time(ev, task, StandIn(task)).stage == "timed"  # the turn is free again
