@@ -1,0 +1,3 @@
+from suites.ast_lock import install
+
+install()

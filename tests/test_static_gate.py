@@ -65,3 +65,16 @@ def test_oversized_source_rejected():
     big = GOOD + "#" * MAX_SOURCE_BYTES
     assert "limit" in check_source(big, "entry").reason
     assert "limit" in check_source(big.encode(), "entry").reason
+
+
+def test_a_process_that_loads_only_the_evaluator_parses_sources_one_thread_at_a_time():
+    """A Dask unit imports fitness/ and never evolve/: its parallel evaluations once died with
+    CPython 3.11's "AST constructor recursion depth mismatch" (gh-106905)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = ("import ast, sys; import fitness.static_gate; "
+            "print(sys.version_info >= (3, 12) or getattr(ast.parse, 'serialized', False))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent.parent, check=True).stdout
+    assert out.strip() == "True"
