@@ -65,7 +65,7 @@ def _noisy(times: dict[str, list[float]]) -> bool:
     return max(_spread(times["c"]), _spread(times["b"])) > NOISY
 
 
-def _row(task: Task, plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> dict:
+def _row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> dict:
     """`baseline_kept`: the baseline's median is over its kept trials of the epoch (this turn's
     tracking request among them), not over trials alternating with this candidate's only."""
     bytes_, flops = cal["b"].get("cost") or (0.0, 0.0)
@@ -188,6 +188,12 @@ class MeasuringTurn:
             ep["uses"] += 1
             return dict(ep)
 
+    def _plan_epoch(self, plan: dict) -> dict | None:
+        """The shape's current epoch if it is still the plan's (a later candidate may have opened
+        the next one); the caller holds _epoch_lock."""
+        ep = self._epochs.get(plan["key"])
+        return ep if ep is not None and ep["id"] == plan["epoch"]["id"] else None
+
     def _prepare(self, task: Task, slot: int, case: dict, trace: dict, replay, base_src: str | None) -> dict:
         """One shape's replay side made ready outside the measuring turn: inputs drawn, kernels
         warmed and, when the number of input sets is known, the sets made and the graph captured.
@@ -224,8 +230,8 @@ class MeasuringTurn:
         self._baseline_cal[key] = cal
         n = plan["n"] or self._n_sets(cal)
         with self._epoch_lock:
-            ep = self._epochs.get(key)
-            if ep is not None and ep["id"] == plan["epoch"]["id"]:
+            ep = self._plan_epoch(plan)
+            if ep is not None:
                 ep["n"] = n  # later candidates of this epoch capture before their turn
         _ok(base.request({"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}, timeout), "b")
         return _ok(base.request({"op": "time_open", "slot": slot}, timeout), "b")
@@ -250,7 +256,7 @@ class MeasuringTurn:
             plan["oracle"] = self._oracle(plan, sides["b"])
             clock.tick("checks")
         cal = {"c": plan["cal"], "b": b["cal"]}
-        return _row(task, plan, times, methods["c"], n, cal)
+        return _row(plan, times, methods["c"], n, cal)
 
     def _timed_trials(self, plan: dict, sides: dict, how: tuple[str, int, int]) -> dict[str, list[float]]:
         """The candidate's trials and the baseline's: the baseline's kept ones of this epoch
@@ -267,7 +273,9 @@ class MeasuringTurn:
                 plan["baseline_reused"] = True
                 return times
         times = self._trials(sides, n, passes, plan["turn_s"])
-        if _noisy(times) and not kept:  # once more: a swing of the clocks passes, a noisy kernel stays noisy
+        # once more: a swing of the clocks passes, a noisy kernel stays noisy (after a tracked round
+        # that strayed, this full one is already the second)
+        if _noisy(times) and not kept:
             times = self._trials(sides, n, passes, plan["turn_s"])
         self._keep(plan, how, times["b"], full=True)
         return times
@@ -276,16 +284,16 @@ class MeasuringTurn:
         """The baseline's kept trials of this shape and epoch, timed the same way; None when a
         full alternation is due."""
         with self._epoch_lock:
-            ep = self._epochs.get(plan["key"])
-            kept = ep.get("kept") if ep is not None and ep["id"] == plan["epoch"]["id"] else None
+            ep = self._plan_epoch(plan)
+            kept = ep.get("kept") if ep is not None else None
             if not kept or kept["how"] != how or kept["since_full"] >= REMEASURE_EVERY - 1:
                 return None
             return list(kept["times"])
 
     def _keep(self, plan: dict, how: tuple, times: list[float], full: bool):
         with self._epoch_lock:
-            ep = self._epochs.get(plan["key"])
-            if ep is None or ep["id"] != plan["epoch"]["id"]:
+            ep = self._plan_epoch(plan)
+            if ep is None:
                 return
             since = 0 if full else ep["kept"]["since_full"] + 1
             ep["kept"] = {"how": how, "times": times[-BASELINE_KEPT:], "since_full": since}
@@ -316,12 +324,11 @@ class MeasuringTurn:
         """The input sets whose outputs are checked: drawn once per epoch (the replay is a clean
         process that cannot see them), so the baseline's outputs serve every candidate of it."""
         with self._epoch_lock:
-            ep = self._epochs.get(plan["key"])
-            same = ep is not None and ep["id"] == plan["epoch"]["id"]
-            picks = ep.get("picks") if same else None
+            ep = self._plan_epoch(plan)
+            picks = ep.get("picks") if ep is not None else None
             if not picks or max(picks) >= n:
                 picks = sorted({0, n - 1, random.randrange(n)})
-                if same:
+                if ep is not None:
                     ep["picks"] = picks
             return picks
 

@@ -261,8 +261,8 @@ class WorkerPool:
         self._tickets = itertools.count()
         self.restarts = 0  # children killed for a failure (crash, hang, memory, fault)
         self.busy_s = 0.0  # summed time slots were held (a utilisation figure)
-        # how children came: warm from the spares, or forked when none was ready; and the
-        # seconds the spares took to start their device (figures for bench/evaluator_bench.py)
+        # where spares are kept: how children came (warm from the spares, or forked when none was
+        # ready) and the seconds the spares took to start their device (bench/evaluator_bench.py)
         self.served = {"spare": 0, "cold": 0}
         self.spare_start_s = 0.0
         self._info: dict = {}
@@ -300,9 +300,7 @@ class WorkerPool:
         t0 = time.monotonic()
         child = None
         try:
-            child = self._take_spare()
-            self.served["spare" if child is not None else "cold"] += 1
-            child = child or self.zygote.fork()
+            child = self._take_spare() or self.zygote.fork()
             self._info = child.info or self._info
             yield child
         finally:
@@ -324,6 +322,7 @@ class WorkerPool:
             while self._spare and self._spare[0].dead:
                 self._spare.pop(0).close()
             child = self._spare.pop(0) if self._spare else None
+            self.served["spare" if child is not None else "cold"] += 1
             self._spare_cv.notify_all()
             return child
 
@@ -336,9 +335,10 @@ class WorkerPool:
                 if self._closed:
                     return
                 self._filling += 1
-            child = self._warmed_child()
+            child, start_s = self._warmed_child()
             with self._spare_cv:
                 self._filling -= 1
+                self.spare_start_s += start_s
                 if child is not None and self._closed:
                     child.close()
                     return
@@ -347,17 +347,17 @@ class WorkerPool:
             if child is None:
                 time.sleep(1.0)  # a zygote being restarted: the next fork starts it again
 
-    def _warmed_child(self) -> ChildProcess | None:
+    def _warmed_child(self) -> tuple[ChildProcess | None, float]:
+        """A forked child with its device started, and the seconds that start took."""
         try:
             child = self.zygote.fork()
             warmed = child.request({"op": "warm"}, STARTUP_TIMEOUT_S)
         except WorkerFailure:
-            return None
+            return None, 0.0
         if warmed.get("error"):
             child.close()
-            return None
-        self.spare_start_s += (warmed.get("phase_ms") or {}).get("device_start", 0.0) / 1e3
-        return child
+            return None, 0.0
+        return child, (warmed.get("phase_ms") or {}).get("device_start", 0.0) / 1e3
 
     def request(self, msg: dict, timeout_s: float, cancel=None, order: float | None = None) -> dict:
         """One request to a fresh child; raises WorkerFailure when the child failed."""
