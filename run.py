@@ -1,174 +1,73 @@
-"""triton-evolve command line. Thin: parses arguments and hands off to the packages."""
+"""triton-evolve command line. Thin: parses the options (evolve/cli_options.py), turns them into
+frozen configs with every option checked in one place (`search_configs`, `_eval_config`), and
+hands those to the packages; nothing below run.py sees argparse."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-COMMANDS = ("search", "check", "validate", "list", "llm-batch", "report")
+if TYPE_CHECKING:
+    from evolve.config import Configs, LLMConfig
+    from fitness.cluster import ClusterConfig
+    from fitness.evaluator import EvalConfig
 
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
 
 
-def _common(p: argparse.ArgumentParser):
-    p.add_argument("--suite", default="builtin", help="builtin, tritonbench, rocm or kernelbench")
-    p.add_argument("--suite-path", default=None, help="folder holding the suite's data (else $TRITON_EVOLVE_DATA, "
-                   "else a per-user cache filled by download)")
-    p.add_argument("--validation", default=None, metavar="FILE",
-                   help="validate's record of the tasks invalid here (default runs/<suite>-validation.json)")
-
-
-def _eval_opts(p: argparse.ArgumentParser):
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="cpu runs kernels under the Triton interpreter, untimed")
-    p.add_argument("--seeds", default="0,1", help="input seeds, comma separated (default 0,1)")
-    p.add_argument("--workers", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),
-                   help="parallel correctness workers (default: half the CPU cores, at most 8)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds for one candidate's correctness run")
-    p.add_argument("--trials", type=int, default=21, help="interleaved timing trials per shape")
-    p.add_argument("--baseline", choices=("reference", "start"), default="reference",
-                   help="time against the PyTorch reference or the task's starting kernel")
-    p.add_argument("--no-sandbox", action="store_true", help="run workers without bubblewrap")
-    p.add_argument("--mem-limit", type=float, default=16.0, metavar="GB",
-                   help="host memory per worker (default 16; KernelBench's largest inputs need more)")
-
-
-def _search_opts(p: argparse.ArgumentParser):
-    p.add_argument("--islands", type=int, default=4, help="islands per task (default 4)")
-    p.add_argument("--population", type=int, default=8, help="individuals per island (default 8)")
-    p.add_argument("--generations", type=int, default=10, help="generations per task (default 10)")
-    p.add_argument("--migration-interval", type=int, default=3,
-                   help="generations between migrations along the ring (default 3)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="the search's random seed: the same seed and options give the same run (default 0)")
-    p.add_argument("--archive", default=None, help="SQLite archive (default runs/<suite>.db)")
-    p.add_argument("--export", default=None, metavar="DIR",
-                   help="export folder (default: beside the archive, named after it: runs/x.db -> runs/x-best)")
-    p.add_argument("--operators", default=None, help="knobs, llm or both (default: llm when one is "
-                   "configured, else knobs)")
-    p.add_argument("--budget-evals", type=int, default=None, help="stop a task after this many evaluations")
-    p.add_argument("--time-limit", type=float, default=None, help="stop the run after this many seconds")
-    p.add_argument("--aa-every", type=int, default=25, metavar="N",
-                   help="GPU: after every N evaluations, time a starting kernel against itself (an A/A "
-                   "sentinel: the timing noise under the search's load); 0: none (default 25)")
-    p.add_argument("--target-speedup", type=float, default=None, help="stop a task once this speedup is reached")
-    p.add_argument("--fresh", action="store_true", help="start a new archive even if one exists")
-    _cluster_opts(p)
-    g = p.add_argument_group("LLM operators (any OpenAI-compatible endpoint; the key comes from OPENAI_API_KEY)")
-    g.add_argument("--model", default=None, help="model name; setting one makes --operators llm the default")
-    g.add_argument("--base-url", default=None, help="endpoint, e.g. http://localhost:8000/v1 "
-                   "(default: OPENAI_BASE_URL, else OpenAI's)")
-    g.add_argument("--temperature", default="0.6,1.2", metavar="LO[,HI]",
-                   help="sampling temperatures, spread across the islands (default 0.6,1.2)")
-    g.add_argument("--llm-concurrency", type=int, default=8, help="LLM calls in flight at once (default 8)")
-    g.add_argument("--llm-timeout", type=float, default=300.0, help="seconds for one LLM call (default 300)")
-    g.add_argument("--llm-retries", type=int, default=5, help="retries on 429, 5xx and timeouts (default 5)")
-    g.add_argument("--max-tokens", type=int, default=8192, help="completion tokens per call (default 8192)")
-    g.add_argument("--max-cost", type=float, default=None, help="USD the run may spend on LLM calls, all "
-                   "sessions together; never exceeded (in-flight calls count)")
-    g.add_argument("--max-llm-calls", type=int, default=None, help="LLM calls the run may make, all sessions")
-    g.add_argument("--llm-price", default=None, metavar="IN,OUT",
-                   help="USD per million prompt and completion tokens (overrides the built-in table)")
-    g.add_argument("--max-debug", type=int, default=5,
-                   help="failed repairs of one lineage before it is dropped for a fresh kernel (default 5)")
-    g.add_argument("--knob-rate", type=float, default=0.3,
-                   help="with --operators both: the share of children from knob operators (default 0.3)")
-    g.add_argument("--llm-exchange", default=None, metavar="DIR",
-                   help="no network: write each round's LLM requests to DIR/requests.jsonl (Batch API format) "
-                   "and stop (exit 3); run again once DIR holds the Batch API output .jsonl")
-
-
-def _cluster_opts(p: argparse.ArgumentParser):
-    g = p.add_argument_group("evaluation on a Dask cluster (needs the [cluster] extra)")
-    g.add_argument("--cluster", default="local", metavar="WHERE",
-                   help="local (default: this process's pools, no Dask), gpus (a unit per GPU of this machine), "
-                   "slurm (dask-jobqueue jobs, one GPU each), or a scheduler's address tcp://HOST:8786")
-    g.add_argument("--cluster-attempts", type=int, default=3, metavar="N",
-                   help="units a candidate may kill before it is failed (default 3)")
-    g.add_argument("--cluster-jobs", type=int, default=1, metavar="N", help="slurm: jobs (GPUs) to submit")
-    g.add_argument("--cluster-partition", default=None, help="slurm: partition")
-    g.add_argument("--cluster-account", default=None, help="slurm: account")
-    g.add_argument("--cluster-walltime", default="04:00:00", help="slurm: each job's time limit (default 04:00:00)")
-    g.add_argument("--cluster-job-cores", type=int, default=16, help="slurm: CPU cores per job (default 16)")
-    g.add_argument("--cluster-job-memory", default="64GB", help="slurm: host memory per job (default 64GB)")
-
-
-def _cluster_config(args):
-    """--cluster and its options checked, as a fitness.cluster.ClusterConfig (None: local)."""
+def _cluster_config(args: argparse.Namespace, problems: list[str]) -> ClusterConfig | None:
+    """--cluster and its options as a fitness.cluster.ClusterConfig (None: local)."""
     where = args.cluster
     if where == "local":
         return None
     if where not in ("gpus", "slurm") and "://" not in where:
-        raise UsageError(f"--cluster takes local, gpus, slurm or a scheduler address (tcp://HOST:PORT), not {where!r}")
+        problems.append(f"--cluster takes local, gpus, slurm or a scheduler address (tcp://HOST:PORT), not {where!r}")
     if args.cluster_attempts < 1 or args.cluster_jobs < 1 or args.cluster_job_cores < 1:
-        raise UsageError("--cluster-attempts, --cluster-jobs and --cluster-job-cores must be at least 1")
+        problems.append("--cluster-attempts, --cluster-jobs and --cluster-job-cores must be at least 1")
     try:
         from fitness.cluster import ClusterConfig
     except ImportError as e:
-        raise UsageError(f"--cluster {where} needs Dask ({e.name} is missing): pip install -e '.[cluster]'") from None
+        problems.append(f"--cluster {where} needs Dask ({e.name} is missing): pip install -e '.[cluster]'")
+        return None
     return ClusterConfig(where=where, attempts=args.cluster_attempts, jobs=args.cluster_jobs,
                          partition=args.cluster_partition, account=args.cluster_account,
                          walltime=args.cluster_walltime, job_cores=args.cluster_job_cores,
                          job_memory=args.cluster_job_memory)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="run.py", description="Evolve faster Triton kernels.")
-    parser.add_argument("--version", action="version", version=f"triton-evolve {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("search", help="the evolutionary search (the default command)")
-    _common(p)
-    _eval_opts(p)
-    _filters(p)
-    _search_opts(p)
-    p = sub.add_parser("check", help="evaluate one candidate kernel file; prints a JSON verdict")
-    _common(p)
-    _eval_opts(p)
-    p.add_argument("--task", required=True)
-    p.add_argument("kernel", help="path to the candidate's Python file")
-    p = sub.add_parser("validate", help="evaluate every task's starting kernel")
-    _common(p)
-    _eval_opts(p)
-    _filters(p)
-    p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
-    p.add_argument("--no-time", action="store_true", help="check that references run, without timing them")
-    p.add_argument("--pending", action="store_true", help="only the tasks the validation record lacks")
-    p = sub.add_parser("llm-batch", help="send DIR/requests.jsonl through the OpenAI Batch API, wait, and "
-                       "write the answers into DIR")
-    p.add_argument("dir", help="the --llm-exchange folder")
-    p.add_argument("--base-url", default=None, help="default: OPENAI_BASE_URL, else OpenAI's")
-    p.add_argument("--poll", type=float, default=30.0, help="seconds between status checks (default 30)")
-    p = sub.add_parser("list", help="list the tasks of a suite")
-    _common(p)
-    _filters(p)
-    p.add_argument("--json", action="store_true", help="print the tasks as JSON, starting kernels included")
-    p = sub.add_parser("report", help="metrics, tables and plots of an archive (finished or still running)")
-    p.add_argument("--archive", required=True, help="the SQLite archive of a search (read-only)")
-    p.add_argument("--out", default="report", help="folder for index.html, summary.md, plots (default report/)")
-    p.add_argument("--json", action="store_true", help="also print the report as JSON on stdout")
-    p.add_argument("--run", type=int, default=None, help="run id in the archive (default: the latest)")
-    p.add_argument("--invalid", default=None, metavar="FILE",
-                   help="JSON of tasks invalid on this hardware (names, or `validate --json` output)")
-    return parser
+def _eval_config(args: argparse.Namespace, problems: list[str]) -> EvalConfig:
+    from fitness.evaluator import EvalConfig
 
-
-def _evaluator(args):
-    from fitness.evaluator import EvalConfig, Evaluator
-
+    seeds: tuple[int, ...] = (0, 1)
     try:
         seeds = tuple(int(s) for s in args.seeds.split(","))
     except ValueError:
-        raise UsageError(f"--seeds takes integers separated by commas, not {args.seeds!r}") from None
+        problems.append(f"--seeds takes integers separated by commas, not {args.seeds!r}")
     if args.workers < 1 or args.trials < 3 or args.timeout <= 0:
-        raise UsageError("--workers must be >= 1, --trials >= 3 and --timeout > 0")
-    config = EvalConfig(seeds=seeds, workers=args.workers, device=args.device, timeout_s=args.timeout,
-                        trials=args.trials, baseline=args.baseline, sandbox=not args.no_sandbox,
-                        suite_path=args.suite_path, mem_limit_gb=args.mem_limit)
-    cluster = _cluster_config(args) if hasattr(args, "cluster") else None
+        problems.append("--workers must be >= 1, --trials >= 3 and --timeout > 0")
+    return EvalConfig(seeds=seeds, workers=args.workers, device=args.device, timeout_s=args.timeout,
+                      trials=args.trials, baseline=args.baseline, sandbox=not args.no_sandbox,
+                      suite_path=args.suite_path, mem_limit_gb=args.mem_limit)
+
+
+def _checked_eval_config(args: argparse.Namespace) -> EvalConfig:
+    problems: list[str] = []
+    config = _eval_config(args, problems)
+    if problems:
+        raise UsageError("; ".join(problems))
+    return config
+
+
+def make_evaluator(config: EvalConfig, cluster: ClusterConfig | None = None):
+    """The evaluator the configs name (enter it: `with make_evaluator(...) as ev`)."""
+    from fitness.evaluator import Evaluator
+
     try:
         if cluster is not None:
             from fitness.cluster import ClusterError, ClusterEvaluator
@@ -193,12 +92,6 @@ def _selected(args):
     return select(_load(args), args.tasks, getattr(args, "difficulty", None), getattr(args, "category", None))
 
 
-def _filters(p: argparse.ArgumentParser):
-    p.add_argument("--tasks", default=None, help="comma-separated task names")
-    p.add_argument("--difficulty", default=None, help="comma-separated difficulty levels, e.g. 3,4")
-    p.add_argument("--category", default=None, help="comma-separated categories")
-
-
 def cmd_check(args) -> int:
     from fitness.static_gate import MAX_SOURCE_BYTES
 
@@ -215,7 +108,7 @@ def cmd_check(args) -> int:
             source = f.read()
     except OSError as e:
         raise UsageError(f"cannot read kernel file {path!r}: {e.strerror}") from None
-    with _evaluator(args) as ev:
+    with make_evaluator(_checked_eval_config(args)) as ev:
         verdict = ev.evaluate(tasks[args.task], source)
     print(json.dumps(verdict.to_dict(), indent=1))
     return 0
@@ -227,130 +120,126 @@ def _validation_path(args):
     return record_path(args.suite, args.validation)
 
 
-def cmd_validate(args) -> int:
-    from suites import validation
+def cmd_validate(args: argparse.Namespace) -> int:
+    from evolve.commands import ValidateOptions, validate
 
-    tasks = _selected(args)
-    _warn_problems(tasks)
-    path = _validation_path(args)
-    if args.pending:  # what an earlier, cut-short validate did not get to
-        done = validation.read(path).get("tasks", {})
-        tasks = {n: t for n, t in tasks.items() if n not in done}
-        print(f"{len(done)} task(s) already in {path}; validating the {len(tasks)} others", flush=True)
-    if not args.json:
-        print(f"{'task':40} {'status':12} {'held-out':8} {'speedup':>8}  note", flush=True)
-    try:
-        verdicts, entries = _validate_pass(args, tasks, path)
-    except KeyboardInterrupt:
-        done = len(validation.read(path).get("tasks", {}))
-        print(f"interrupted: {done} task(s) recorded in {path}; `validate --pending` goes on from there",
-              file=sys.stderr)
-        return 130
-    # a reference that ran out of GPU memory or faulted while other workers shared the GPU gets
-    # a second chance with the GPU to itself: that failure may not be its own
-    retry = [n for n, e in entries.items() if e["status"] == validation.INVALID
-             and validation.shared_gpu_failure(e["reason"])]
-    if retry and args.workers > 1:
-        print(f"retrying {len(retry)} task(s) alone, with the GPU to themselves: {', '.join(sorted(retry))}",
-              flush=True)
-        again, more = _validate_pass(argparse.Namespace(**{**vars(args), "workers": 1}),
-                                     {n: tasks[n] for n in retry}, path)
-        verdicts = [v for v in verdicts if v.task not in more] + again
-        entries.update(more)
-    if args.json:
-        print(json.dumps([v.to_dict() for v in verdicts], indent=1))
-        return 0
-    ok = sum(v.passed for v in verdicts)
-    timed = [v.speedup for v in verdicts if v.speedup is not None]
-    what = "references" if any(t.script is not None for t in tasks.values()) else "starting kernels"
-    line = f"{ok}/{len(verdicts)} {what} correct (tuning and held-out cases)"
-    if timed:
-        from fitness.verdict import geomean
-
-        line += f"; geometric-mean speedup vs {verdicts[0].baseline}: {geomean(timed):.3f} over {len(timed)} timed"
-    else:
-        line += "; " + (verdicts[0].timing if verdicts and verdicts[0].timing else "none timed")
-    print(line)
-    print(f"device: {verdicts[0].device if verdicts else '?'}; sandbox: {verdicts[0].sandbox if verdicts else '?'}")
-    if entries:
-        record = validation.read(path)
-        for text in validation.summary(record["tasks"]):
-            print(text)
-        print(f"recorded in {path} ({len(record['tasks'])} task(s) so far)")
-    return 0
+    config = _checked_eval_config(args)
+    options = ValidateOptions(suite=args.suite, record=_validation_path(args), as_json=args.json,
+                              timed=not args.no_time, pending=args.pending, workers=args.workers)
+    return validate(_selected(args), options, lambda workers: make_evaluator(replace(config, workers=workers)))
 
 
-def _validate_pass(args, tasks: dict, path) -> tuple[list, dict]:
-    """Runs the tasks' references, printing and recording each as it finishes (a validate cut
-    short keeps what it learned)."""
-    from suites import validation
+def cmd_list(args: argparse.Namespace) -> int:
+    from evolve.commands import list_tasks
 
-    verdicts, entries = [], {}
-    with _evaluator(args) as ev:
-        for v in ev.validate_iter(list(tasks.values()), timed=not args.no_time):
-            task = tasks[v.task]
-            weak = task.script is not None and not ev.reference_status(task) and ev.script_refs.get(task).weak
-            verdicts.append(v)
-            if v.device:
-                entries[v.task] = validation.entry(v, weak)
-                validation.merge(path, args.suite, v.device, {v.task: entries[v.task]})
-            if not args.json:
-                sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
-                status = "invalid-here" if "invalid-here" in v.flags else v.stage
-                note = ("weak-test " if weak else "") + \
-                    ("" if v.passed else validation.short_reason(v.reason)[:110] if v.reason else "")
-                print(f"{v.task:40} {status:12} {'ok' if v.heldout_correct else 'FAIL':8} {sp:>8}  {note}", flush=True)
-    return verdicts, entries
+    return list_tasks(_selected(args), args.suite, _validation_path(args), args.json)
 
 
-def _warn_problems(tasks):
-    for p in getattr(tasks, "problems", []):
-        print(f"warning: {p}", file=sys.stderr)
-
-
-def cmd_list(args) -> int:
-    from collections import Counter
-
-    from suites import validation
-
-    tasks = _selected(args)
-    _warn_problems(tasks)
-    marks = validation.read(_validation_path(args)).get("tasks", {})
-
-    def tags(name):
-        e = marks.get(name, {})
-        return ",".join(t for t, on in (("invalid-here", e.get("status") == validation.INVALID),
-                                        ("weak-test", e.get("weak_test"))) if on)
-    if args.json:
-        print(json.dumps([{"name": t.name, "category": t.category, "entry": t.entry, "dtypes": list(t.dtypes),
-                           "difficulty": t.difficulty, "marks": tags(t.name), "instruction": t.instruction,
-                           "start_source": t.start_source} for t in tasks.values()], indent=1))
-        return 0
-    print(f"{'task':40} {'category':14} {'diff':4} {'entry':28} marks")
-    for t in tasks.values():
-        print(f"{t.name:40} {t.category:14} {t.difficulty if t.difficulty is not None else '-'!s:4} "
-              f"{t.entry:28} {tags(t.name)}")
-    print(f"{len(tasks)} tasks in suite {args.suite!r}")
-    diff = Counter(t.difficulty for t in tasks.values())
-    print("by difficulty: " + ", ".join(f"{d if d is not None else '-'}: {n}"
-                                         for d, n in sorted(diff.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))))
-    cats = Counter(t.category for t in tasks.values())
-    print("by category: " + ", ".join(f"{c}: {n}" for c, n in sorted(cats.items())))
-    if not marks:
-        print(f"(no validation record at {_validation_path(args)}: "
-              "run validate to mark invalid-here and weak-test tasks)")
-    return 0
-
-
-def cmd_search(args) -> int:
+def cmd_search(args: argparse.Namespace) -> int:
     from archives.archive import ArchiveError
     from evolve.runner import SearchError, run_search
     from operators.registry import OperatorError
 
+    c = search_configs(args)
     try:
-        return run_search(args, lambda: _evaluator(args))
+        return run_search(c.run, c.search, c.llm, lambda: make_evaluator(c.evaluation, c.cluster)).exit_code
     except (SearchError, ArchiveError, OperatorError) as e:
         raise UsageError(str(e)) from None
+
+
+def search_configs(args: argparse.Namespace) -> Configs:
+    """The search command's options as frozen configs (evolve/config.py), every one checked here:
+    all problems in one message, before anything starts."""
+    from evolve.config import Configs, RunConfig, SearchConfig
+    from evolve.llm_setup import temperatures
+
+    problems = _search_problems(args)
+    name = _operators(args, problems)
+    llm = _llm_config(args, problems) if name in ("llm", "both") else None
+    evaluation, cluster = _eval_config(args, problems), _cluster_config(args, problems)
+    if problems:
+        raise UsageError("; ".join(problems))
+    archive = Path(args.archive or f"runs/{args.suite}.db")
+    run = RunConfig(suite=args.suite, suite_path=args.suite_path, tasks=args.tasks, difficulty=args.difficulty,
+                    category=args.category, validation=args.validation, archive=archive,
+                    # beside the archive and named after it: two archives of a suite never share their exports
+                    export=Path(args.export) if args.export else archive.with_name(archive.stem + "-best"),
+                    fresh=args.fresh, time_limit=args.time_limit, aa_every=args.aa_every, operators=name,
+                    operators_explicit=args.operators is not None, knob_rate=args.knob_rate, device=args.device,
+                    model=args.model, baseline=args.baseline, seeds=args.seeds)
+    search = SearchConfig(islands=args.islands, population=args.population, generations=args.generations,
+                          migration_interval=args.migration_interval, seed=args.seed,
+                          budget_evals=args.budget_evals, target_speedup=args.target_speedup,
+                          temperatures=temperatures(args.temperature, args.islands) if llm else ())
+    return Configs(run=run, search=search, evaluation=evaluation, cluster=cluster, llm=llm)
+
+
+def _operators(args: argparse.Namespace, problems: list[str]) -> str:
+    from operators.registry import NAMES
+
+    name = args.operators or ("llm" if args.model else "knobs")
+    if name not in NAMES:
+        problems.append(f"unknown operator set {name!r} (known: {', '.join(NAMES)})")
+    elif name != "knobs" and not args.model:
+        problems.append(f"--operators {name} needs a model: give --model NAME (and --base-url URL for a "
+                        "server other than OpenAI's)")
+    elif name == "both" and not 0 < args.knob_rate < 1:
+        problems.append("--knob-rate must be between 0 and 1 (exclusive) for --operators both")
+    return name
+
+
+def _search_problems(args: argparse.Namespace) -> list[str]:
+    checks = ((args.islands < 1, "--islands must be at least 1"),
+              (args.population < 2, "--population must be at least 2"),
+              (args.generations < 0, "--generations must be 0 or more"),
+              (args.migration_interval < 1, "--migration-interval must be at least 1"),
+              (args.budget_evals is not None and args.budget_evals < 1, "--budget-evals must be at least 1"),
+              (args.time_limit is not None and args.time_limit <= 0, "--time-limit must be positive"),
+              (args.max_debug < 1, "--max-debug must be at least 1"),
+              (args.aa_every < 0, "--aa-every must be 0 (none) or more"))
+    return [message for bad, message in checks if bad]
+
+
+def _llm_config(args: argparse.Namespace, problems: list[str]) -> LLMConfig:
+    """The LLM operators' config; what is wrong with their options goes into `problems`."""
+    from evolve.config import LLMConfig
+    from evolve.llm_setup import parse_temperature
+    from operators.llm_client import LLMConfig as ClientConfig
+    from operators.llm_client import price_of
+
+    key = os.environ.get("OPENAI_API_KEY") or None
+    if not key and not args.llm_exchange:
+        problems.append(f"--operators {args.operators or 'llm'} needs an API key in OPENAI_API_KEY (a server "
+                        "that checks none, e.g. vLLM or Ollama, takes any value: OPENAI_API_KEY=EMPTY)")
+    try:
+        parse_temperature(args.temperature)
+    except ValueError as e:
+        problems.append(str(e))
+    price = None
+    if args.llm_price:
+        try:
+            price = parse_temperature(args.llm_price)
+        except ValueError:
+            problems.append(f"--llm-price takes two non-negative numbers separated by a comma, not {args.llm_price!r}")
+    for flag, value, low in (("--llm-concurrency", args.llm_concurrency, 1), ("--max-tokens", args.max_tokens, 16),
+                             ("--llm-retries", args.llm_retries, 0)):
+        if value < low:
+            problems.append(f"{flag} must be at least {low}")
+    if args.llm_timeout <= 0:
+        problems.append("--llm-timeout must be positive")
+    if args.max_llm_calls is not None and args.max_llm_calls < 1:
+        problems.append("--max-llm-calls must be at least 1")
+    if args.max_cost is not None and args.max_cost <= 0:
+        problems.append("--max-cost must be positive")
+    if args.max_cost is not None and not price_of(args.model, price):
+        problems.append(f"--max-cost needs the price of model {args.model!r}, which the built-in table lacks: "
+                        "give --llm-price IN,OUT (USD per million prompt and completion tokens)")
+    client = ClientConfig(model=args.model, base_url=args.base_url or os.environ.get("OPENAI_BASE_URL") or None,
+                          api_key=key, concurrency=args.llm_concurrency, timeout_s=args.llm_timeout,
+                          retries=args.llm_retries, max_tokens=args.max_tokens, max_cost=args.max_cost,
+                          max_calls=args.max_llm_calls, price=price)
+    return LLMConfig(client=client, exchange=args.llm_exchange, temperature=args.temperature,
+                     max_debug=args.max_debug)
 
 
 def cmd_llm_batch(args) -> int:
@@ -372,22 +261,12 @@ def cmd_llm_batch(args) -> int:
 def cmd_report(args) -> int:
     from archives.report import cmd_report as report
 
-    return report(args)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("triton-evolve")
-    except PackageNotFoundError:  # a checkout that was never installed
-        import tomllib
-
-        return tomllib.loads((Path(__file__).parent / "pyproject.toml").read_text())["project"]["version"]
+    return report(args.archive, args.out, args.run, args.invalid, args.json)
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from evolve.cli_options import COMMANDS, build_parser
     from suites.registry import SuiteError, did_you_mean
 
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:

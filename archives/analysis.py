@@ -18,62 +18,65 @@ Rules (stated in the report as well):
 from __future__ import annotations
 
 import json
+from typing import Any, Callable
 
 from archives import metrics as m
+from archives.records import Candidate
 from archives.report_data import ReportData
 
 CALLED = ("call", "correct", "timed")  # stage "call": every case ran, some output was wrong
 
 
-def _generated(rows):
-    return [r for r in rows if r.get("evaluation_id") is not None and r.get("operator") != "start"]
+def _generated(rows: list[Candidate]) -> list[Candidate]:
+    return [r for r in rows if r.evaluated and r.operator != "start"]
 
 
-def task_summary(rows: list[dict], islands: int) -> dict:
+def task_summary(rows: list[Candidate], islands: int) -> dict[str, Any]:
     """Figures of one task from its candidates (already restricted to what should count)."""
-    evaluated = [r for r in rows if r.get("evaluation_id") is not None]
+    evaluated = [r for r in rows if r.evaluated]
     gen = _generated(rows)
     best = m.best_kernel(evaluated, need_heldout=True)
     pick = m.best_kernel(evaluated, need_heldout=False)
-    start = next((r for r in evaluated if r.get("operator") == "start"), None)
-    successes = {r["island"] for r in gen if r.get("correct")}
-    fast_islands = {r["island"] for r in gen if r.get("correct") and (r.get("speedup") or 0) > 1.0}
-    timed_any = any(r.get("speedup") is not None for r in evaluated)
-    out = {
+    start = next((r for r in evaluated if r.operator == "start"), None)
+    successes = {r.island for r in gen if r.correct}
+    fast_islands = {r.island for r in gen if r.correct and (r.speedup or 0) > 1.0}
+    timed_any = any(r.speedup is not None for r in evaluated)
+    out: dict[str, Any] = {
         "evaluated": len(evaluated), "pending": len(rows) - len(evaluated), "generated": len(gen),
-        "called": sum(r.get("stage") in CALLED for r in gen), "correct": sum(bool(r.get("correct")) for r in gen),
-        "call_accuracy": m.rate(sum(r.get("stage") in CALLED for r in gen), len(gen)),
-        "exec_accuracy": m.rate(sum(bool(r.get("correct")) for r in gen), len(gen)),
-        "tuning_correct_generated": sum(bool(r.get("correct")) for r in gen),
-        "heldout_of_tuning_correct": sum(bool(r.get("correct") and r.get("heldout_correct")) for r in gen),
+        "called": sum(r.stage in CALLED for r in gen), "correct": sum(r.correct for r in gen),
+        "call_accuracy": m.rate(sum(r.stage in CALLED for r in gen), len(gen)),
+        "exec_accuracy": m.rate(sum(r.correct for r in gen), len(gen)),
+        "tuning_correct_generated": sum(r.correct for r in gen),
+        "heldout_of_tuning_correct": sum(r.correct and r.heldout_correct for r in gen),
         "solved": best is not None,
         "best": _kernel(best), "search_pick": _kernel(pick),
-        "generalizes": None if pick is None else bool(pick.get("heldout_correct")),
-        "speedup": best.get("speedup") if best else None,
-        "start_speedup": start.get("speedup") if start else None,
+        "generalizes": None if pick is None else pick.heldout_correct,
+        "speedup": best.speedup if best else None,
+        "start_speedup": start.speedup if start else None,
         "islands": islands, "islands_correct": len(successes & set(range(islands))),
         "islands_fast": len(fast_islands & set(range(islands))) if timed_any else None,
-        "max_generation": max((r["generation"] for r in rows), default=None),
+        "max_generation": max((r.generation for r in rows), default=None),
     }
     out["vs_start"] = (out["speedup"] / out["start_speedup"]
                        if out["speedup"] and out["start_speedup"] else None)
     out["pass_at_k"] = {k: m.pass_at_k(islands, out["islands_correct"], k) if islands else None for k in m.PASS_K}
     out["fast1_at_k"] = {k: (m.pass_at_k(islands, out["islands_fast"], k)
                              if islands and out["islands_fast"] is not None else None) for k in m.PASS_K}
-    times = (best or {}).get("times") or []
+    times = list(best.times) if best else []
     out["sol"] = m.sol_fraction(times) if times else None
     out["achieved"] = m.achieved(times) if times else None
     return out
 
 
-def _kernel(row: dict | None) -> dict | None:
-    if row is None:
+def _kernel(c: Candidate | None) -> dict[str, Any] | None:
+    if c is None:
         return None
-    return {k: row.get(k) for k in ("id", "island", "generation", "operator", "speedup", "correct",
-                                    "heldout_correct", "stage", "device")}
+    return {"id": c.id, "island": c.island, "generation": c.generation, "operator": c.operator,
+            "speedup": c.speedup, "correct": c.correct, "heldout_correct": c.heldout_correct, "stage": c.stage,
+            "device": c.device}
 
 
-def group_summary(tasks: list[dict]) -> dict:
+def group_summary(tasks: list[dict[str, Any]]) -> dict[str, Any]:
     """Suite-level figures over counted task summaries (invalid ones already removed)."""
     pairs = [(t["solved"], t["speedup"]) for t in tasks]
     picks = [t for t in tasks if t["generalizes"] is not None]
@@ -105,46 +108,46 @@ def group_summary(tasks: list[dict]) -> dict:
 
 
 def _islands(data: ReportData) -> int:
-    n = data.run["config"].get("islands")
+    n = data.run.config.get("islands")
     if isinstance(n, int) and n > 0:
         return n
-    seen = {r["island"] for rows in data.rows.values() for r in rows if r["island"] >= 0}
+    seen = {r.island for rows in data.rows.values() for r in rows if r.island >= 0}
     return max(seen) + 1 if seen else 0
 
 
-def _groups(counted: dict[str, dict], key) -> dict[str, dict]:
+def _groups(counted: dict[str, dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> dict[str, dict]:
     groups: dict[str, list[dict]] = {}
     for t in counted.values():
         groups.setdefault(str(key(t)), []).append(t)
     return {g: group_summary(ts) for g, ts in sorted(groups.items())}
 
 
-def scaling(data: ReportData, counted: list[str], islands: int) -> dict:
+def scaling(data: ReportData, counted: list[str], islands: int) -> dict[str, list[dict[str, Any]]]:
     """Sequential scaling (everything up to generation g) and parallel scaling (the first j
     islands, all generations, with the starting kernel that every island holds)."""
-    last = max((r["generation"] for t in counted for r in data.rows.get(t, [])), default=-1)
+    last = max((r.generation for t in counted for r in data.rows.get(t, [])), default=-1)
     seq = []
     for g in range(last + 1):
-        sums = [task_summary([r for r in data.rows[t] if r["generation"] <= g], islands) for t in counted]
-        now = [r for t in counted for r in _generated(data.rows[t]) if r["generation"] == g]
+        sums = [task_summary([r for r in data.rows[t] if r.generation <= g], islands) for t in counted]
+        now = [r for t in counted for r in _generated(data.rows[t]) if r.generation == g]
         seq.append({"generation": g, **_point(group_summary(sums)),
-                    "exec_accuracy_this_generation": m.rate(sum(bool(r.get("correct")) for r in now), len(now)),
-                    "call_accuracy_this_generation": m.rate(sum(r.get("stage") in CALLED for r in now), len(now)),
+                    "exec_accuracy_this_generation": m.rate(sum(r.correct for r in now), len(now)),
+                    "call_accuracy_this_generation": m.rate(sum(r.stage in CALLED for r in now), len(now)),
                     "evaluated_this_generation": len(now)})
     par = []
     for j in range(1, islands + 1):
-        sums = [task_summary([r for r in data.rows[t] if r["island"] < j], j) for t in counted]
+        sums = [task_summary([r for r in data.rows[t] if r.island < j], j) for t in counted]
         par.append({"islands": j, **_point(group_summary(sums))})
     return {"by_generation": seq, "by_islands": par}
 
 
-def _point(g: dict) -> dict:
+def _point(g: dict[str, Any]) -> dict[str, Any]:
     return {"geomean_speedup": g["speedup"]["geomean"], "solved_share": m.rate(g["solved"], g["tasks"]),
             "exec_accuracy": g["exec_accuracy"], "call_accuracy": g["call_accuracy"],
             "fast_1": g["fast_p"][1.0]}
 
 
-def llm_summary(data: ReportData) -> dict:
+def llm_summary(data: ReportData) -> dict[str, Any]:
     calls = data.llm_calls
     if not calls:
         return {"calls": 0}
@@ -155,7 +158,7 @@ def llm_summary(data: ReportData) -> dict:
             "models": sorted({c.get("model") or "?" for c in calls})}
 
 
-def session_summary(data: ReportData) -> list[dict]:
+def session_summary(data: ReportData) -> list[dict[str, Any]]:
     """Each searching command's throughput, the share of its wall time the workers were busy
     (timing: the GPU's measuring turn; correctness: all correctness workers together), and its
     A/A sentinels' noise (evolve.sentinels)."""
@@ -168,7 +171,7 @@ def session_summary(data: ReportData) -> list[dict]:
             for s in data.sessions]
 
 
-def unit_rates(session: dict) -> list[dict]:
+def unit_rates(session: dict[str, Any]) -> list[dict[str, Any]]:
     """Per evaluation unit (one per GPU under --cluster) of a session: its device, evaluations per
     minute of the session's wall time, and how busy its measuring turn and workers were."""
     try:
@@ -180,29 +183,29 @@ def unit_rates(session: dict) -> list[dict]:
                                u["measuring_s"] if u["gpu"] else None)} for u in units]
 
 
-def cost_curve(data: ReportData, counted: list[str]) -> list[dict]:
+def cost_curve(data: ReportData, counted: list[str]) -> list[dict[str, Any]]:
     """Cumulative LLM tokens against the geometric-mean best speedup reached by then, one point
     per evaluation in time order (an unsolved task counts 1.0, as in the suite figure)."""
     if not data.llm_calls:
         return []
     calls = sorted((c.get("created") or 0.0, (c.get("prompt_tokens") or 0) + (c.get("completion_tokens") or 0))
                    for c in data.llm_calls)
-    evals = sorted((r.get("evaluated") or 0.0, t, r) for t in counted for r in data.rows.get(t, [])
-                   if r.get("evaluation_id") is not None)
-    best = {t: None for t in counted}
+    evals = sorted(((r.evaluation.created or 0.0, r.id), t, r) for t in counted for r in data.rows.get(t, [])
+                   if r.evaluation is not None)
+    best: dict[str, float | None] = {t: None for t in counted}
     out, tokens, i = [], 0, 0
     for when, task, r in evals:
-        while i < len(calls) and calls[i][0] <= when:
+        while i < len(calls) and calls[i][0] <= when[0]:
             tokens += calls[i][1]
             i += 1
-        if r.get("correct") and r.get("heldout_correct") and r.get("speedup") is not None:
-            best[task] = max(best[task] or 0.0, r["speedup"])
+        if r.correct and r.heldout_correct and r.speedup is not None:
+            best[task] = max(best[task] or 0.0, r.speedup)
         if any(v is not None for v in best.values()):
             out.append({"tokens": tokens, "geomean_speedup": m.geomean(v or 1.0 for v in best.values())})
     return out
 
 
-def analyze(data: ReportData) -> dict:
+def analyze(data: ReportData) -> dict[str, Any]:
     islands = _islands(data)
     tasks = {}
     for name in sorted(data.rows):
@@ -213,15 +216,15 @@ def analyze(data: ReportData) -> dict:
     counted = {n: t for n, t in tasks.items() if n not in data.invalid}
     run = data.run
     return {
-        "archive": data.path, "run": {"id": run["id"], "suite": run["suite"], "status": run["status"],
-                                      "config": run["config"], "started": run["started"], "updated": run["updated"],
+        "archive": data.path, "run": {"id": run.id, "suite": run.suite, "status": run.status,
+                                      "config": run.config, "started": run.started, "updated": run.updated,
                                       "runs_in_archive": data.runs_in_archive},
-        "live": run["status"] == "running",
+        "live": run.status == "running",
         # runs.updated moves only at start and end; the rows say when the run last wrote
-        "last_write": max([run["updated"] or 0.0] + [max(r.get("created") or 0.0, r.get("evaluated") or 0.0)
-                                                     for rows in data.rows.values() for r in rows]),
+        "last_write": max([run.updated or 0.0] + [max(r.created or 0.0, r.evaluation.created or 0.0 if r.evaluation
+                                                      else 0.0) for rows in data.rows.values() for r in rows]),
         "read_at": data.read_at, "tasks_source": data.tasks_source, "islands": islands,
-        "devices": sorted({r["device"] for rows in data.rows.values() for r in rows if r.get("device")}),
+        "devices": sorted({r.device for rows in data.rows.values() for r in rows if r.device}),
         "timed": any(t["speedup"] is not None for t in counted.values()),
         "sessions": session_summary(data),
         "tasks": list(tasks.values()),

@@ -27,35 +27,24 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
-TOOL = "triton-evolve"
-SCHEMA_VERSION = 1
+from archives import records as rec
+from archives.records import SCHEMA_VERSION, TOOL, Candidate, Draft, Run
 
+if TYPE_CHECKING:
+    from fitness.verdict import Verdict
 
-LLM_COLUMNS = {"id": int, "run_id": int, "candidate_id": int, "task": str, "operator": str, "island": int,
-               "generation": int, "model": str, "request_hash": str, "messages": str, "response": str,
-               "response_chars": int, "prompt_tokens": int, "completion_tokens": int, "cost_usd": float,
-               "latency_s": float, "attempts": int, "error": str, "parse_error": str, "source": str,
-               "created": float}
-
-
-SESSION_COLUMNS = {"id": int, "run_id": int, "started": float, "wall_s": float, "evaluations": int, "workers": int,
-                   "correctness_busy_s": float, "timing_busy_s": float, "status": str,
-                   # A/A sentinels timed during the session: how many, median and p90 of |A/A - 1|
-                   "aa_n": int, "aa_median": float, "aa_p90": float,
-                   # GPUs timing in the session, and each evaluation unit's work (JSON list of
-                   # fitness.evaluator.UnitStats): per-device throughput under --cluster
-                   "gpus": int, "units": str}
-SENTINEL_COLUMNS = {"id": int, "run_id": int, "task": str, "speedup": float, "verdict": str, "created": float}
+__all__ = ["Archive", "ArchiveError", "SCHEMA_VERSION", "TOOL"]
 
 
 class ArchiveError(Exception):
     """The archive cannot be used as asked; the message is meant for the user."""
 
 
-def _check_existing(path: Path):
+def _check_existing(path: Path) -> None:
     """Read-only checks before anything writes to a file that already exists."""
     with open(path, "rb") as f:
         head = f.read(16)
@@ -66,8 +55,7 @@ def _check_existing(path: Path):
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            tables = {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
-            meta = dict(conn.execute("select key, value from meta")) if "meta" in tables else {}
+            problem = rec.schema_problem(conn)
             ok = conn.execute("pragma quick_check").fetchone()[0]
         finally:
             conn.close()
@@ -75,12 +63,9 @@ def _check_existing(path: Path):
         raise ArchiveError(f"{path} is not a readable SQLite database ({e}): refusing to touch it") from None
     if ok != "ok":
         raise ArchiveError(f"{path} is corrupt (quick_check: {ok}): refusing to touch it")
-    if tables and meta.get("tool") != TOOL:
-        raise ArchiveError(f"{path} is an SQLite database of another tool (no triton-evolve meta table): "
-                           "give another --archive path")
-    if meta and meta.get("schema_version") != str(SCHEMA_VERSION):
-        raise ArchiveError(f"{path} has archive schema version {meta.get('schema_version')}; this triton-evolve "
-                           f"reads version {SCHEMA_VERSION}: use a matching version or another --archive path")
+    if problem:
+        raise ArchiveError(f"{path} {problem}: give another --archive path (or the triton-evolve version "
+                           "that made it)")
 
 
 class Archive:
@@ -104,119 +89,109 @@ class Archive:
             raise ArchiveError(f"cannot write the archive at {self.path}: {e}") from None
         self.lock = threading.RLock()
 
-    def close(self):
+    def close(self) -> None:
         self.db.conn.close()
 
-    def prepare_to_write(self):
+    def prepare_to_write(self) -> None:
         """Creates what this version writes to and the archive lacks; the same for a new archive
         and for one made by an earlier version (e.g. before the LLM operators or sessions)."""
         if self._ready:
             return
         db = self.db
         with db.conn:
-            db["meta"].insert_all([{"key": "tool", "value": TOOL},
+            db.table("meta").insert_all([{"key": "tool", "value": TOOL},
                                    {"key": "schema_version", "value": str(SCHEMA_VERSION)}],
                                   pk="key", ignore=True)
-            db["runs"].create({"id": int, "suite": str, "config": str, "started": float, "updated": float,
-                               "status": str}, pk="id", if_not_exists=True)
-            db["candidates"].create({"id": int, "run_id": int, "task": str, "island": int, "generation": int,
-                                     "source": str, "code_hash": str, "parent_ids": str, "operator": str,
-                                     "note": str, "created": float},
-                                    pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
-            db["evaluations"].create({"id": int, "candidate_id": int, "stage": str, "correct": int,
-                                      "heldout_correct": int, "passed": int, "speedup": float, "error": str,
-                                      "times": str, "device": str, "flags": str, "verdict": str,
-                                      "elapsed_s": float, "created": float},
-                                     pk="id", foreign_keys=[("candidate_id", "candidates", "id")],
+            db.table("runs").create(rec.RUN_COLUMNS, pk="id", if_not_exists=True)
+            db.table("candidates").create(rec.CANDIDATE_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
+                                    if_not_exists=True)
+            db.table("evaluations").create(rec.EVALUATION_COLUMNS, pk="id",
+                                     foreign_keys=[("candidate_id", "candidates", "id")], if_not_exists=True)
+            db.table("populations").create(rec.POPULATION_COLUMNS, pk=("run_id", "task", "island", "generation"),
                                      if_not_exists=True)
-            db["populations"].create({"run_id": int, "task": str, "island": int, "generation": int,
-                                      "members": str, "created": float},
-                                     pk=("run_id", "task", "island", "generation"), if_not_exists=True)
-            db["llm_calls"].create(LLM_COLUMNS, pk="id", if_not_exists=True)
-            db["sessions"].create(SESSION_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
+            db.table("llm_calls").create(rec.LLM_COLUMNS, pk="id", if_not_exists=True)
+            db.table("sessions").create(rec.SESSION_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
                                   if_not_exists=True)
-            db["sentinels"].create(SENTINEL_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
+            db.table("sentinels").create(rec.SENTINEL_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
                                    if_not_exists=True)
             # archives made by earlier versions lack these columns (the LLM table was reserved empty)
-            for table, columns in (("llm_calls", LLM_COLUMNS), ("sessions", SESSION_COLUMNS)):
+            for table, columns in (("llm_calls", rec.LLM_COLUMNS), ("sessions", rec.SESSION_COLUMNS)):
                 for name, kind in columns.items():
-                    if name not in db[table].columns_dict:
-                        db[table].add_column(name, kind)
-            db["llm_calls"].create_index(["request_hash"], if_not_exists=True)
-            db["candidates"].create_index(["run_id", "task", "code_hash"], if_not_exists=True)
-            db["candidates"].create_index(["run_id", "task", "island", "generation"], if_not_exists=True)
-            db["evaluations"].create_index(["candidate_id"], unique=True, if_not_exists=True)
+                    if name not in db.table(table).columns_dict:
+                        db.table(table).add_column(name, kind)
+            db.table("llm_calls").create_index(["request_hash"], if_not_exists=True)
+            db.table("candidates").create_index(["run_id", "task", "code_hash"], if_not_exists=True)
+            db.table("candidates").create_index(["run_id", "task", "island", "generation"], if_not_exists=True)
+            db.table("evaluations").create_index(["candidate_id"], unique=True, if_not_exists=True)
         self._ready = True
 
+    def _insert(self, table: str, row: dict[str, Any]) -> int:
+        pk = self.db.table(table).insert(row).last_pk
+        assert isinstance(pk, int), pk  # every table the engine inserts into has an integer key
+        return pk
+
     # -- runs -----------------------------------------------------------------------------
-    def latest_run(self) -> dict | None:
+    def latest_run(self) -> Run | None:
         rows = list(self.db.query("select * from runs order by id desc limit 1"))
-        if not rows:
-            return None
-        return {**rows[0], "config": json.loads(rows[0]["config"])}
+        return rec.run_from_row(rows[0]) if rows else None
 
     def new_run(self, suite: str, config: dict) -> int:
         now = time.time()
         with self.lock:
             self.prepare_to_write()
             with self.db.conn:
-                return self.db["runs"].insert({"suite": suite, "config": json.dumps(config, sort_keys=True),
-                                               "started": now, "updated": now, "status": "running"}).last_pk
+                return self._insert("runs", {"suite": suite, "config": json.dumps(config, sort_keys=True),
+                                             "started": now, "updated": now, "status": "running"})
 
-    def set_status(self, run_id: int, status: str):
+    def set_status(self, run_id: int, status: str) -> None:
         with self.lock, self.db.conn:
-            self.db["runs"].update(run_id, {"status": status, "updated": time.time()})
+            self.db.table("runs").update(run_id, {"status": status, "updated": time.time()})
 
     def add_session(self, run_id: int, stats: dict) -> int:
         with self.lock:
             self.prepare_to_write()
             with self.db.conn:
-                return self.db["sessions"].insert({"run_id": run_id, **stats}).last_pk
+                return self._insert("sessions", {"run_id": run_id, **stats})
 
     def add_sentinel(self, run_id: int, task: str, speedup: float | None, verdict: dict) -> None:
         """An A/A sentinel: the task's starting kernel timed against itself during the search."""
         with self.lock:
             self.prepare_to_write()
             with self.db.conn:
-                self.db["sentinels"].insert({"run_id": run_id, "task": task, "speedup": speedup,
+                self.db.table("sentinels").insert({"run_id": run_id, "task": task, "speedup": speedup,
                                              "verdict": json.dumps(verdict), "created": time.time()})
 
     def sentinel_speedups(self, run_id: int, since: float = 0.0) -> list[float]:
-        if not self.db["sentinels"].exists():
+        if not self.db.table("sentinels").exists():
             return []
         return [r["speedup"] for r in self.db.query(
             "select speedup from sentinels where run_id = ? and created >= ? and speedup is not null order by id",
             [run_id, since])]
 
     def sessions(self, run_id: int) -> list[dict]:
-        if not self.db["sessions"].exists():
+        if not self.db.table("sessions").exists():
             return []
         return list(self.db.query("select * from sessions where run_id = ? order by id", [run_id]))
 
     # -- candidates and evaluations --------------------------------------------------------
-    def add_candidate(self, run_id: int, task: str, island: int, generation: int, source: str, code_hash: str,
-                      parent_ids: list[int], operator: str, note: str = "") -> int:
+    def add_candidate(self, draft: Draft) -> Candidate:
         with self.lock, self.db.conn:
-            return self.db["candidates"].insert({
-                "run_id": run_id, "task": task, "island": island, "generation": generation, "source": source,
-                "code_hash": code_hash, "parent_ids": json.dumps(parent_ids), "operator": operator,
-                "note": note, "created": time.time()}).last_pk
+            cid = self._insert("candidates", draft.row(time.time()))
+        return self.candidate(cid)
 
-    def add_evaluation(self, candidate_id: int, verdict: dict) -> int:
-        row = {"candidate_id": candidate_id, "stage": verdict.get("stage"),
-               "correct": int(bool(verdict.get("correct"))),
-               "heldout_correct": int(bool(verdict.get("heldout_correct"))),
-               "passed": int(bool(verdict.get("passed"))), "speedup": verdict.get("speedup"),
-               "error": "" if verdict.get("passed") else verdict.get("reason", ""),
-               "times": json.dumps(verdict.get("times", [])), "device": verdict.get("device", ""),
-               "flags": json.dumps(verdict.get("flags", [])), "verdict": json.dumps(verdict),
-               "elapsed_s": verdict.get("elapsed_s"), "created": time.time()}
+    def add_evaluation(self, candidate_id: int, verdict: Verdict) -> int:
+        v = verdict
+        row = {"candidate_id": candidate_id, "stage": v.stage, "correct": int(v.correct),
+               "heldout_correct": int(v.heldout_correct), "passed": int(v.passed), "speedup": v.speedup,
+               "error": "" if v.passed else v.reason, "times": json.dumps(v.times), "device": v.device,
+               "flags": json.dumps(v.flags), "verdict": json.dumps(v.to_dict()), "elapsed_s": v.elapsed_s,
+               "created": time.time()}
         with self.lock, self.db.conn:
-            return self.db["evaluations"].insert(row).last_pk
+            return self._insert("evaluations", row)
 
     def candidates(self, run_id: int, task: str, island: int | None = None,
-                   generation: int | None = None) -> list[dict]:
-        """Candidates with their evaluation's columns (None where not evaluated yet), oldest first."""
+                   generation: int | None = None) -> list[Candidate]:
+        """The task's candidates with their evaluations, oldest first."""
         where, params = "c.run_id = ? and c.task = ?", [run_id, task]
         if island is not None:
             where += " and c.island = ?"
@@ -224,21 +199,16 @@ class Archive:
         if generation is not None:
             where += " and c.generation = ?"
             params.append(generation)
-        sql = (f"select c.*, e.id as evaluation_id, e.stage, e.correct, e.heldout_correct, e.passed, e.speedup, "
-               f"e.error, e.device, e.flags, e.times from candidates c left join evaluations e "
-               f"on e.candidate_id = c.id where {where} order by c.id")
         with self.lock:
-            return [_decode(r) for r in self.db.query(sql, params)]
+            return [rec.candidate_from_row(r) for r in self.db.query(rec.candidates_query(where), params)]
 
-    def candidate(self, candidate_id: int) -> dict:
+    def candidate(self, candidate_id: int) -> Candidate:
+        """One candidate, its evaluation's full verdict included."""
         with self.lock:
-            rows = list(self.db.query(
-                "select c.*, e.id as evaluation_id, e.stage, e.correct, e.heldout_correct, e.passed, e.speedup, "
-                "e.error, e.device, e.flags, e.times, e.verdict from candidates c left join evaluations e "
-                "on e.candidate_id = c.id where c.id = ?", [candidate_id]))
+            rows = list(self.db.query(rec.candidates_query("c.id = ?", verdicts=True), [candidate_id]))
         if not rows:
             raise KeyError(candidate_id)
-        return _decode(rows[0])
+        return rec.candidate_from_row(rows[0])
 
     def evaluation_count(self, run_id: int, task: str) -> int:
         with self.lock:
@@ -259,18 +229,19 @@ class Archive:
             return self.db.execute("select 1 from llm_calls where request_hash = ? and source = ? limit 1",
                                    [request_hash, source]).fetchone() is not None
 
-    def add_llm_call(self, row: dict) -> int:
+    def add_llm_call(self, row: dict[str, Any]) -> int:
         with self.lock, self.db.conn:
-            return self.db["llm_calls"].insert({k: v for k, v in row.items() if k in LLM_COLUMNS}).last_pk
+            kept = {k: v for k, v in row.items() if k in rec.LLM_COLUMNS}
+            return self._insert("llm_calls", kept)
 
-    def note_llm_failure(self, call_id: int, parse_error: str):
+    def note_llm_failure(self, call_id: int, parse_error: str) -> None:
         with self.lock, self.db.conn:
-            self.db["llm_calls"].update(call_id, {"parse_error": parse_error})
+            self.db.table("llm_calls").update(call_id, {"parse_error": parse_error})
 
-    def link_llm_calls(self, call_ids: list[int], candidate_id: int):
+    def link_llm_calls(self, call_ids: list[int], candidate_id: int) -> None:
         with self.lock, self.db.conn:
             for i in call_ids:
-                self.db["llm_calls"].update(i, {"candidate_id": candidate_id})
+                self.db.table("llm_calls").update(i, {"candidate_id": candidate_id})
 
     def llm_totals(self, run_id: int) -> tuple[int, float]:
         """(calls made, dollars spent) in this run, over all its sessions."""
@@ -280,14 +251,14 @@ class Archive:
         return n, cost
 
     # -- populations ----------------------------------------------------------------------
-    def save_generation(self, run_id: int, task: str, generation: int, islands: list[list[int]]):
+    def save_generation(self, run_id: int, task: str, generation: int, islands: list[list[int]]) -> None:
         """All islands of one finished generation, in one transaction: a generation is either
         wholly recorded or not at all."""
         now = time.time()
         rows = [{"run_id": run_id, "task": task, "island": i, "generation": generation,
                  "members": json.dumps(members), "created": now} for i, members in enumerate(islands)]
         with self.lock, self.db.conn:
-            self.db["populations"].insert_all(rows, replace=True)
+            self.db.table("populations").insert_all(rows, replace=True)
 
     def last_generation(self, run_id: int, task: str) -> tuple[int, list[list[int]]] | None:
         with self.lock:
@@ -298,13 +269,3 @@ class Archive:
             return None
         return rows[0]["generation"], [json.loads(r["members"]) for r in rows]
 
-
-def _decode(row: dict) -> dict:
-    row = dict(row)
-    for key in ("parent_ids", "flags", "times"):
-        if isinstance(row.get(key), str):
-            row[key] = json.loads(row[key])
-    for key in ("correct", "heldout_correct", "passed"):
-        if row.get(key) is not None:
-            row[key] = bool(row[key])
-    return row

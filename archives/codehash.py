@@ -5,10 +5,12 @@ from __future__ import annotations
 import ast
 import hashlib
 
+from suites.ast_lock import parse
+
 
 def normalize(source: str) -> str:
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return "\n".join(line.rstrip() for line in source.strip().splitlines())
     for node in ast.walk(tree):  # docstrings are comments too

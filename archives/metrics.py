@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Iterable
+from typing import Any, Iterable
 
+from archives.records import Candidate
 from fitness.verdict import geomean  # noqa: F401 - the one geometric mean, used here and by the reports
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -113,17 +114,20 @@ def achieved(rows: list[dict]) -> dict | None:
             "TFLOPs": geomean(tflops) if all(f > 0 for f in tflops) else None}
 
 
-def best_kernel(rows: list[dict], need_heldout: bool) -> dict | None:
-    """The fastest correct candidate (untimed ranks as 0; ties: the oldest); with need_heldout,
-    only among those also correct on the held-out shapes (the export's rule)."""
-    ok = [r for r in rows if r.get("correct") and (r.get("heldout_correct") or not need_heldout)]
-    if not ok:
-        return None
-    return min(ok, key=lambda r: (-(r.get("speedup") or 0.0), r["id"]))
+def rank(candidate: Candidate) -> tuple[float, int]:
+    """Faster first (untimed ranks as 0), then the oldest."""
+    return (-(candidate.speedup or 0.0), candidate.id)
 
 
-def session_rates(evaluations: int, wall_s: float, workers: int, correctness_busy_s: float,
-                  timing_busy_s: float | None, gpus: int = 1) -> dict:
+def best_kernel(candidates: Iterable[Candidate], need_heldout: bool) -> Candidate | None:
+    """The fastest correct candidate; with need_heldout, only among those also correct on the
+    held-out shapes (the export's rule: evolve.export picks with this)."""
+    ok = [c for c in candidates if c.correct and (c.heldout_correct or not need_heldout)]
+    return min(ok, key=rank) if ok else None
+
+
+def session_rates(evaluations: int | None, wall_s: float | None, workers: int | None,
+                  correctness_busy_s: float | None, timing_busy_s: float | None, gpus: int = 1) -> dict[str, Any]:
     """A searching command's evaluations per minute and the shares of its wall time the GPUs'
     measuring turns (None: no GPU; mean over `gpus`) and the correctness workers, all together,
     were busy."""

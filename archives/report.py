@@ -45,15 +45,15 @@ RULES = [
 ]
 
 
-def pct(v) -> str:
+def pct(v: float | None) -> str:
     return "n/a" if v is None else f"{100 * v:.1f}%"
 
 
-def times(v) -> str:
+def times(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3f}x"
 
 
-def num(v, fmt="{:.1f}") -> str:
+def num(v: float | None, fmt: str = "{:.1f}") -> str:
     return "n/a" if v is None else fmt.format(v)
 
 
@@ -262,10 +262,11 @@ def build(archive: str, out: str | Path = "report", run_id: int | None = None, i
     return report, out
 
 
-def cmd_report(args) -> int:
+def cmd_report(archive: str, out_dir: str, run_id: int | None = None, invalid: str | None = None,
+               as_json: bool = False) -> int:
     """The CLI: exit 0 with a report written, 2 with one line on stderr when nothing can be reported."""
     try:
-        report, out = build(args.archive, args.out, args.run, args.invalid)
+        report, out = build(archive, out_dir, run_id, invalid)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -273,7 +274,7 @@ def cmd_report(args) -> int:
     line = (f"report of run {report['run']['id']} ({report['run']['status']}): {s['tasks']} task(s), "
             f"{s['solved']} with a correct kernel, geomean speedup {times(s['speedup']['geomean'])}, "
             f"fast_1 {pct(s['fast_p'][1.0])}, pass@1 {pct(s['pass_at_k'][1])} -> {out / 'index.html'}")
-    if args.json:
+    if as_json:
         print(json.dumps(report, indent=1))
         print(line, file=sys.stderr)
     else:

@@ -11,10 +11,10 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterable
 
-from archives.archive import SCHEMA_VERSION, TOOL
-
-NEEDED = ("meta", "runs", "candidates", "evaluations")
+from archives import records as rec
+from archives.records import Candidate, Run
 
 
 class ReportError(Exception):
@@ -31,15 +31,16 @@ class TaskInfo:
 @dataclass
 class ReportData:
     path: str
-    run: dict  # the runs row, config decoded
+    run: Run
     runs_in_archive: int
-    rows: dict[str, list[dict]]  # task -> candidates joined with their evaluation (None where pending)
+    rows: dict[str, list[Candidate]]  # task -> its candidates, oldest first (evaluation None where pending)
     tasks: dict[str, TaskInfo]
     tasks_source: str  # where category/difficulty came from
     invalid: dict[str, str]  # task -> why it is invalid here
-    llm_calls: list[dict]
+    llm_calls: list[dict[str, Any]]  # rows of the llm_calls table (archives.records.LLM_COLUMNS)
     populations: dict[str, int]  # task -> last finished generation
-    sessions: list[dict] = field(default_factory=list)  # one per command that searched, oldest first
+    # one per command that searched, oldest first (archives.records.SESSION_COLUMNS)
+    sessions: list[dict[str, Any]] = field(default_factory=list)
     read_at: float = field(default_factory=time.time)
 
 
@@ -73,23 +74,15 @@ def connect_ro(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
-def check_schema(conn: sqlite3.Connection, path) -> None:
-    tables = {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
-    if not tables:
+def check_schema(conn: sqlite3.Connection, path: str | Path) -> None:
+    """The archive's own schema check (archives.records), as a ReportError; an empty database
+    is no archive to report on."""
+    if not conn.execute("select name from sqlite_master where type='table'").fetchall():
         raise ReportError(f"{path} is an empty SQLite database: no run has written to it yet")
-    if "meta" not in tables:
-        raise ReportError(f"{path} is not a triton-evolve archive (no meta table)")
-    meta = {r[0]: r[1] for r in conn.execute("select key, value from meta")}
-    if meta.get("tool") != TOOL:
-        raise ReportError(f"{path} is not a triton-evolve archive (meta names tool {meta.get('tool')!r})")
-    version = meta.get("schema_version")
-    if version != str(SCHEMA_VERSION):
-        age = "an older" if str(version).isdigit() and int(version) < SCHEMA_VERSION else "another"
-        raise ReportError(f"{path} has archive schema version {version}, {age} one than this report reads "
-                          f"({SCHEMA_VERSION}): report it with the triton-evolve version that wrote it")
-    missing = [t for t in NEEDED if t not in tables]
-    if missing:
-        raise ReportError(f"{path} lacks table(s) {', '.join(missing)}: not a complete triton-evolve archive")
+    problem = rec.schema_problem(conn)
+    if problem:
+        tail = ": report it with the triton-evolve version that wrote it" if "schema version" in problem else ""
+        raise ReportError(f"{path} {problem}{tail}")
 
 
 def read_invalid_file(path: str | Path) -> dict[str, str]:
@@ -120,7 +113,7 @@ def read_invalid_file(path: str | Path) -> dict[str, str]:
     return out
 
 
-def _task_infos(suite: str, suite_path: str | None, names) -> tuple[dict[str, TaskInfo], str]:
+def _task_infos(suite: str, suite_path: str | None, names: Iterable[str]) -> tuple[dict[str, TaskInfo], str]:
     try:
         from suites.registry import load_suite
 
@@ -134,18 +127,39 @@ def _task_infos(suite: str, suite_path: str | None, names) -> tuple[dict[str, Ta
     return infos, f"suite {suite!r}"
 
 
-def _decode(row: sqlite3.Row) -> dict:
-    d = dict(row)
-    for key in ("flags", "times", "parent_ids"):
-        if isinstance(d.get(key), str):
-            try:
-                d[key] = json.loads(d[key])
-            except ValueError:
-                d[key] = []
-    for key in ("correct", "heldout_correct", "passed"):
-        if d.get(key) is not None:
-            d[key] = bool(d[key])
-    return d
+def _pick_run(conn: sqlite3.Connection, path: str | Path, run_id: int | None) -> tuple[Run, int]:
+    runs = [rec.run_from_row(r) for r in conn.execute("select * from runs order by id")]
+    if not runs:
+        raise ReportError(f"{path} holds no run yet (an empty archive)")
+    if run_id is None:
+        return runs[-1], len(runs)
+    run = next((r for r in runs if r.id == run_id), None)
+    if run is None:
+        raise ReportError(f"{path} has no run {run_id} (runs: {', '.join(str(r.id) for r in runs)})")
+    return run, len(runs)
+
+
+def _read_run(conn: sqlite3.Connection, run_id: int) -> tuple[dict[str, list[Candidate]], list[dict[str, Any]],
+                                                              dict[str, int], list[dict[str, Any]]]:
+    """A run's candidates by task, LLM calls, last generation per task and sessions, in one
+    snapshot: a writer's later commits cannot make the candidates and evaluations disagree."""
+    rows: dict[str, list[Candidate]] = {}
+    conn.execute("begin")
+    for r in conn.execute(rec.candidates_query("c.run_id = ?"), [run_id]):
+        rows.setdefault(r["task"], []).append(rec.candidate_from_row(r))
+    tables = {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
+    llm, pops, sessions = [], {}, []
+    # all columns, whichever there are: an archive from before the LLM operators has the
+    # reserved table, empty, with fewer of them (a search adds them; a report writes nothing)
+    if "llm_calls" in tables and "run_id" in {r[1] for r in conn.execute("pragma table_info(llm_calls)")}:
+        llm = [dict(r) for r in conn.execute("select * from llm_calls where run_id = ? order by id", [run_id])]
+    if "populations" in tables:
+        pops = {r[0]: r[1] for r in conn.execute(
+            "select task, max(generation) from populations where run_id = ? group by task", [run_id])}
+    if "sessions" in tables:
+        sessions = [dict(r) for r in conn.execute("select * from sessions where run_id = ? order by id", [run_id])]
+    conn.execute("commit")
+    return rows, llm, pops, sessions
 
 
 def load(path: str | Path, run_id: int | None = None, invalid: dict[str, str] | None = None,
@@ -153,56 +167,20 @@ def load(path: str | Path, run_id: int | None = None, invalid: dict[str, str] | 
     conn = connect_ro(path)
     try:
         check_schema(conn, path)
-        runs = [dict(r) for r in conn.execute("select * from runs order by id")]
-        if not runs:
-            raise ReportError(f"{path} holds no run yet (an empty archive)")
-        if run_id is None:
-            run = runs[-1]
-        else:
-            run = next((r for r in runs if r["id"] == run_id), None)
-            if run is None:
-                raise ReportError(f"{path} has no run {run_id} (runs: {', '.join(str(r['id']) for r in runs)})")
-        try:
-            run["config"] = json.loads(run["config"] or "{}")
-        except ValueError:
-            run["config"] = {}
-        rows: dict[str, list[dict]] = {}
-        # one snapshot: a writer's later commits cannot make the candidates and evaluations disagree
-        conn.execute("begin")
-        for r in conn.execute(
-                "select c.id, c.task, c.island, c.generation, c.operator, c.parent_ids, c.created, "
-                "e.id as evaluation_id, e.stage, e.correct, e.heldout_correct, e.passed, e.speedup, e.error, "
-                "e.times, e.device, e.flags, e.created as evaluated "
-                "from candidates c left join evaluations e on e.candidate_id = c.id "
-                "where c.run_id = ? order by c.id", [run["id"]]):
-            rows.setdefault(r["task"], []).append(_decode(r))
-        tables = {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
-        llm = []
-        # all columns, whichever there are: an archive from before the LLM operators has the
-        # reserved table, empty, with fewer of them (a search adds them; a report writes nothing)
-        if "llm_calls" in tables and "run_id" in {r[1] for r in conn.execute("pragma table_info(llm_calls)")}:
-            llm = [dict(r) for r in conn.execute("select * from llm_calls where run_id = ? order by id", [run["id"]])]
-        pops = {}
-        if "populations" in tables:
-            pops = {r[0]: r[1] for r in conn.execute(
-                "select task, max(generation) from populations where run_id = ? group by task", [run["id"]])}
-        sessions = []
-        if "sessions" in tables:
-            sessions = [dict(r) for r in conn.execute("select * from sessions where run_id = ? order by id",
-                                                      [run["id"]])]
-        conn.execute("commit")
+        run, runs_in_archive = _pick_run(conn, path, run_id)
+        rows, llm, pops, sessions = _read_run(conn, run.id)
     except sqlite3.DatabaseError as e:
         raise ReportError(f"cannot read the archive {path}: {e}") from None
     finally:
         conn.close()
     bad = dict(invalid or {})
     for task, task_rows in rows.items():
-        if task not in bad and any("invalid-here" in (r.get("flags") or []) for r in task_rows):
+        if task not in bad and any("invalid-here" in r.flags for r in task_rows):
             bad[task] = "an evaluation was flagged invalid-here"
     names = sorted(set(rows) | set(bad))
     if load_tasks:
-        infos, source = _task_infos(run["suite"], run["config"].get("suite_path"), names)
+        infos, source = _task_infos(run.suite, run.config.get("suite_path"), names)
     else:
         infos, source = {n: TaskInfo(n) for n in names}, "the archive (suite not loaded)"
-    return ReportData(path=str(path), run=run, runs_in_archive=len(runs), rows=rows, tasks=infos,
+    return ReportData(path=str(path), run=run, runs_in_archive=runs_in_archive, rows=rows, tasks=infos,
                       tasks_source=source, invalid=bad, llm_calls=llm, populations=pops, sessions=sessions)

@@ -7,14 +7,21 @@ what measures time (created, elapsed_s, sessions) and the verdict's JSON (its ph
 it keeps every candidate's source, island, generation, parents, operator and note, every
 evaluation's stage, correctness, speedup, error, flags and per-shape times, and every island
 population. `--show` prints the canonical text instead of its hash, for a diff.
+
+A wrong result's error names the secret seed its inputs were drawn from (fitness/judges.py
+draws one per evaluation so that no candidate can key answers on its inputs), and the values
+it quotes follow from that seed: the digest keeps the error up to "(seed" and masks the rest.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import re
 import sqlite3
 import sys
+
+SECRET_SEED = re.compile(r"\(seed \d+\).*", re.S)
 
 
 def canonical(path: str) -> list[str]:
@@ -34,7 +41,8 @@ def canonical(path: str) -> list[str]:
         parents = [name.get(p, f"?{p}") for p in json.loads(r["parent_ids"] or "[]")]
         out.append(json.dumps([r["run_id"], name[r["id"]], r["island"], r["generation"], r["operator"], r["note"],
                                parents, r["code_hash"], r["source"], r["stage"], r["correct"],
-                               r["heldout_correct"], r["passed"], r["speedup"], r["error"], r["flags"], r["times"]]))
+                               r["heldout_correct"], r["passed"], r["speedup"],
+                               SECRET_SEED.sub("(seed *)", r["error"] or ""), r["flags"], r["times"]]))
     for r in conn.execute("select * from populations order by run_id, task, generation, island"):
         members = [name.get(m, f"?{m}") for m in json.loads(r["members"])]
         out.append(json.dumps(["population", r["run_id"], r["task"], r["generation"], r["island"], members]))

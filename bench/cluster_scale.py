@@ -73,6 +73,7 @@ def main() -> int:
     from distributed import LocalCluster
 
     import run
+    from evolve.cli_options import build_parser
     from evolve.runner import run_search
     from fitness.cluster import RESOURCE, ClusterConfig, ClusterEvaluator
     from fitness.evaluator import EvalConfig, slots_per_unit
@@ -90,7 +91,7 @@ def main() -> int:
                                         unit_fn=functools.partial(stand_in_evaluate, a.hold), probe_fn=stand_in_probe)
         return holder["ev"]
     Path(a.archive).unlink(missing_ok=True)
-    args = run.build_parser().parse_args(["search", "--suite", "builtin", "--islands", "4", "--population", "8",
+    args = build_parser().parse_args(["search", "--suite", "builtin", "--islands", "4", "--population", "8",
                                           "--generations", "1000", "--time-limit", str(a.seconds),
                                           "--workers", str(a.workers), "--archive", a.archive,
                                           "--export", a.archive + "-best", "--aa-every", "0"])
@@ -107,7 +108,8 @@ def main() -> int:
                 samples.append(c.run_on_scheduler(_in_flight))
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    run_search(args, make)
+    configs = run.search_configs(args)
+    run_search(configs.run, configs.search, configs.llm, make)
     done.set()
     cluster.close()
     import sqlite3

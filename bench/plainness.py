@@ -57,11 +57,15 @@ def _functions(tree: ast.Module, public_only: bool = False):
     yield from walk(tree, "", True)
 
 
+def _rel(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def measure(paths: list[Path]) -> dict[str, list[Finding]]:
     found: dict[str, list[Finding]] = {"modules": [], "functions": [], "params": []}
     for path in paths:
         src = path.read_text()
-        rel = path.relative_to(ROOT)
+        rel = _rel(path)
         found["modules"].append(Finding(str(rel), src.count("\n")))
         for fn, name, _ in _functions(ast.parse(src)):
             where = f"{rel}:{fn.lineno} {name}"
@@ -76,7 +80,7 @@ def unannotated(paths: list[Path]) -> list[str]:
     the return type unannotated (__init__ needs no return type; dunders other than it are left out)."""
     out = []
     for path in paths:
-        rel = path.relative_to(ROOT)
+        rel = _rel(path)
         for fn, name, public in _functions(ast.parse(path.read_text())):
             if not public or (fn.name.startswith("__") and fn.name != "__init__"):
                 continue

@@ -3,11 +3,14 @@ start, endpoint included, so a bad key, URL or model is one clear line before an
 client bound to the archive, the exchange folder, the GPU's figures, the retrieval corpus."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
+from archives.archive import Archive
+from evolve.config import LLMConfig, RunConfig
 from operators.gpu_info import describe, detect
-from operators.llm_client import LLMClient, LLMConfig, preflight, price_of
+from operators.llm_client import LLMClient
+from operators.llm_client import LLMConfig as ClientConfig
+from operators.llm_client import preflight as client_preflight
 from operators.llm_exchange import Exchange, ExchangeError, import_answers
 from operators.registry import LLMSetup, OperatorError
 from operators.retrieval import Retriever, corpus_from_suites
@@ -16,55 +19,30 @@ from suites.registry import SuiteError, load_suite
 
 
 def temperatures(spec: str, islands: int) -> tuple[float, ...]:
-    """One temperature per island, spread evenly over LO..HI, so islands explore differently."""
-    lo, hi = _floats(spec, "--temperature")
+    """One temperature per island, spread evenly over LO..HI, so islands explore differently.
+    `spec` is checked by run.py (`parse_temperature`)."""
+    lo, hi = parse_temperature(spec)
     if islands == 1:
         return ((lo + hi) / 2,)
     return tuple(round(lo + (hi - lo) * i / (islands - 1), 3) for i in range(islands))
 
 
-def _floats(spec: str, flag: str) -> tuple[float, float]:
+def parse_temperature(spec: str) -> tuple[float, float]:
+    """LO[,HI] as two numbers; ValueError (with the message for the user) when it is not that."""
     try:
         parts = [float(x) for x in str(spec).split(",")]
     except ValueError:
-        raise OperatorError(f"{flag} takes one number or two separated by a comma, not {spec!r}") from None
+        raise ValueError(f"--temperature takes one number or two separated by a comma, not {spec!r}") from None
     if len(parts) not in (1, 2) or any(p < 0 for p in parts):
-        raise OperatorError(f"{flag} takes one non-negative number or two separated by a comma, not {spec!r}")
+        raise ValueError(f"--temperature takes one non-negative number or two separated by a comma, not {spec!r}")
     return parts[0], parts[-1]
 
 
-def llm_config(args) -> LLMConfig:
-    key = os.environ.get("OPENAI_API_KEY") or None
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or None
-    if not key and not args.llm_exchange:
-        raise OperatorError(f"--operators {args.operators or 'llm'} needs an API key in OPENAI_API_KEY (a server "
-                            "that checks none, e.g. vLLM or Ollama, takes any value: OPENAI_API_KEY=EMPTY)")
-    price = _floats(args.llm_price, "--llm-price") if args.llm_price else None
-    problems = []
-    for flag, value, low in (("--llm-concurrency", args.llm_concurrency, 1), ("--max-tokens", args.max_tokens, 16),
-                             ("--llm-retries", args.llm_retries, 0)):
-        if value < low:
-            problems.append(f"{flag} must be at least {low}")
-    if args.llm_timeout <= 0:
-        problems.append("--llm-timeout must be positive")
-    if args.max_llm_calls is not None and args.max_llm_calls < 1:
-        problems.append("--max-llm-calls must be at least 1")
-    if args.max_cost is not None and args.max_cost <= 0:
-        problems.append("--max-cost must be positive")
-    if args.max_cost is not None and not price_of(args.model, price):
-        problems.append(f"--max-cost needs the price of model {args.model!r}, which the built-in table lacks: "
-                        "give --llm-price IN,OUT (USD per million prompt and completion tokens)")
-    if problems:
-        raise OperatorError("; ".join(problems))
-    temperatures(args.temperature, 1)  # reported now rather than after the evaluator started
-    config = LLMConfig(model=args.model, base_url=base_url, api_key=key, concurrency=args.llm_concurrency,
-                       timeout_s=args.llm_timeout, retries=args.llm_retries, max_tokens=args.max_tokens,
-                       max_cost=args.max_cost, max_calls=args.max_llm_calls, price=price)
-    if not args.llm_exchange:
-        error = preflight(config)
-        if error:
-            raise OperatorError(error)
-    return config
+def preflight(config: ClientConfig) -> None:
+    """The endpoint answers and serves the model, or OperatorError saying what is wrong."""
+    error = client_preflight(config)
+    if error:
+        raise OperatorError(error)
 
 
 @dataclass
@@ -84,13 +62,22 @@ class LLMRun:
                 f"{completion} completion tokens, ${cost:.4f}")
         return line + (f"; stopped early: {self.client.fatal}" if self.client.fatal else "")
 
+    def finish(self, waiting: bool) -> None:
+        """The command's closing LLM lines; when an exchange round waits, its request file."""
+        print(self.summary(), flush=True)
+        if waiting and self.exchange:
+            path, n = self.exchange.write_requests()
+            print(f"waiting for LLM answers: wrote {n} request(s) to {path} (OpenAI Batch API input format); "
+                  f"send them with `python run.py llm-batch {path.parent}` (or any Batch API runner that "
+                  f"writes its output .jsonl into {path.parent}), then run this command again", flush=True)
 
-def llm_run(config: LLMConfig, args, archive, run_id: int, tasks: dict) -> LLMRun:
+
+def llm_run(llm: LLMConfig, run: RunConfig, archive: Archive, run_id: int) -> LLMRun:
     try:
-        exchange = Exchange(args.llm_exchange) if args.llm_exchange else None
+        exchange = Exchange(llm.exchange) if llm.exchange else None
     except ExchangeError as e:
         raise OperatorError(str(e)) from None
-    client = LLMClient(config, archive, run_id, exchange, spent=archive.llm_totals(run_id))
+    client = LLMClient(llm.client, archive, run_id, exchange, spent=archive.llm_totals(run_id))
     notes = []
     if exchange:
         try:
@@ -98,18 +85,9 @@ def llm_run(config: LLMConfig, args, archive, run_id: int, tasks: dict) -> LLMRu
         except ExchangeError as e:
             raise OperatorError(str(e)) from None
         notes.append(f"exchange folder {exchange.dir}: {new} new answer(s) imported")
-    gpu = describe(None if args.device == "cpu" else detect())
-    suites = {"builtin": load_suite("builtin")}
-    if args.suite != "builtin":
-        suites[args.suite] = load_suite(args.suite, args.suite_path)
-    for other in local_suites():  # the other public suites' references, where their data is here already
-        if other not in suites:
-            try:
-                suites[other] = load_suite(other)
-            except SuiteError:
-                pass
-    retriever = Retriever(corpus_from_suites(suites))
-    setup = LLMSetup(client, gpu, retriever, args.suite, args.max_debug)
+    gpu = describe(None if run.device == "cpu" else detect())
+    setup = LLMSetup(client, gpu, Retriever(corpus_from_suites(_corpus_suites(run))), run.suite, llm.max_debug)
+    config = llm.client
     price = client.price
     cost = f"${price[0]:g}/${price[1]:g} per million prompt/completion tokens" if price else \
         "price unknown, counted as $0 (give --llm-price IN,OUT)"
@@ -117,5 +95,20 @@ def llm_run(config: LLMConfig, args, archive, run_id: int, tasks: dict) -> LLMRu
                                    f"at most ${config.max_cost:g}" if config.max_cost else "") if b) or "no budget"
     where = "by file exchange (Batch API format)" if exchange else (config.base_url or "api.openai.com")
     line = (f"LLM: model {config.model} at {where}; {cost}; {budget}; concurrency {config.concurrency}; "
-            f"temperatures {args.temperature} across islands; GPU: {gpu.split(':')[0]}")
+            f"temperatures {llm.temperature} across islands; GPU: {gpu.split(':')[0]}")
     return LLMRun(client, setup, exchange, "; ".join([line, *notes]))
+
+
+def _corpus_suites(run: RunConfig) -> dict:
+    """The suites whose references the retrieval corpus draws on: builtin, the searched one, and
+    the other public suites whose data is here already."""
+    suites = {"builtin": load_suite("builtin")}
+    if run.suite != "builtin":
+        suites[run.suite] = load_suite(run.suite, run.suite_path)
+    for other in local_suites():
+        if other not in suites:
+            try:
+                suites[other] = load_suite(other)
+            except SuiteError:
+                pass
+    return suites

@@ -42,7 +42,7 @@ class Progress:
                 self._say(f"{self.evals} evaluations ({self.rate():.2f}/s); tasks finished "
                           f"{self.finished}/{self.n_tasks}")
 
-    def task_done(self, task: str, status: str):
+    def task_done(self, task: str, status: str) -> None:
         with self._lock:
             self.finished += 1
             self._say(f"{task}: {status} ({self.finished}/{self.n_tasks} tasks finished)")

@@ -14,6 +14,7 @@ import threading
 from concurrent.futures import Executor, Future
 
 from archives.archive import Archive
+from suites.task import Task
 
 
 class Sentinels:
@@ -25,7 +26,7 @@ class Sentinels:
         self._lock = threading.Lock()
         self.futures: list[Future] = []
 
-    def after_submit(self, task) -> None:
+    def after_submit(self, task: Task) -> None:
         """Counts one evaluation of `task`; on every `every`-th, times its starting kernel A/A."""
         if not self.every or not task.start_source:
             return

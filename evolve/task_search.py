@@ -9,8 +9,8 @@ the next one along the ring.
 Everything goes to the archive as it happens: a child when it is made, its evaluation when it
 completes, an island population when its generation has finished. Resuming therefore means:
 reload the last finished generation, take the children already made for the next one (evaluating
-those without an evaluation), and make only the ones still missing. A child whose normalized
-source was already seen in this run is never evaluated twice.
+those without an evaluation), and make only the ones still missing (evolve/breeding.py). A child
+whose normalized source was already seen in this run is never evaluated twice.
 
 Islands make their children concurrently (LLM operators wait on the network), each from its own
 random stream, so a resumed run draws the same operators and parents, asks the LLM the same
@@ -19,45 +19,76 @@ island's failed children of the previous generation, up to half the places; the 
 """
 from __future__ import annotations
 
+import enum
 import random
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from archives.archive import Archive
 from archives.codehash import code_hash
-from evolve.population import Kernel, Policy, kernel_from_row
-from operators.base import Context, Exhausted, Parent, Pending, WeightedOperator, pick
+from archives.records import Candidate, Draft
+from evolve.breeding import AWAITING, Brood, Draw, Job, Proposal, breed
+from evolve.config import SearchConfig
+from evolve.policies import Policy
+from evolve.population import Kernel
+from fitness.verdict import Verdict
+from operators.base import Child, Context, Exhausted, Parent, Pending, WeightedOperator
 from suites.task import Task
 from suites.validation import untimeable_start
 
+__all__ = ["START_ISLAND", "Halt", "SearchConfig", "Shared", "TaskEnd", "TaskSearch"]
+
 START_ISLAND = -1  # the starting kernel belongs to every island
+MAX_REFLECTIONS = 50  # repairs of one lineage shown to the repair operator
+
+
+class Halt(enum.Enum):
+    """Why a task's search ended in this command."""
+
+    DONE = "done"  # every generation made
+    STOPPED = "stopped"  # time limit or Ctrl-C: resumes
+    WAITING = "waiting for LLM answers"  # an exchange round waits for its answers: resumes
+    TARGET = "target reached"
+    BUDGET = "evaluation budget spent"
+    EXHAUSTED = "no operators left"  # LLM budget spent, endpoint refused
+    INVALID = "invalid here"  # the task's reference or starting kernel cannot be judged here
 
 
 @dataclass(frozen=True)
-class SearchConfig:
-    islands: int = 4
-    population: int = 8
-    generations: int = 10
-    migration_interval: int = 3
-    seed: int = 0
-    budget_evals: int | None = None  # per task
-    target_speedup: float | None = None
-    temperatures: tuple[float, ...] = ()  # per island, for LLM operators; islands differ in it
+class TaskEnd:
+    halt: Halt
+    detail: str = ""  # what exhausted the operators, or why the task is invalid here
+
+    def __str__(self) -> str:
+        if self.halt is Halt.INVALID:
+            return f"invalid here: {self.detail}"
+        return self.detail if self.halt is Halt.EXHAUSTED and self.detail else self.halt.value
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What the searches of one command share."""
+
+    archive: Archive
+    run_id: int
+    submit: Callable[[Task, str], Future]  # evaluates a source; its Future gives None once stopping
+    stop: threading.Event
+    on_event: Callable[[dict[str, Any]], None] = lambda event: None
+    policy: Policy = field(default_factory=Policy)
 
 
 class TaskSearch:
-    def __init__(self, task: Task, archive: Archive, run_id: int, submit: Callable[[Task, str], Future],
-                 operators: list[WeightedOperator], config: SearchConfig, stop: threading.Event,
-                 policy: Policy | None = None, on_event: Callable[[dict], None] | None = None):
-        self.task, self.archive, self.run_id = task, archive, run_id
-        self.submit, self.operators, self.config, self.stop = submit, list(operators), config, stop
-        self.policy = policy or Policy()
-        self.on_event = on_event or (lambda e: None)
-        self.known = {r["code_hash"] for r in archive.candidates(run_id, task.name)}
+    def __init__(self, task: Task, operators: list[WeightedOperator], config: SearchConfig, shared: Shared):
+        self.task, self.config, self.shared = task, config, shared
+        self.archive, self.run_id, self.stop = shared.archive, shared.run_id, shared.stop
+        self.submit = shared.submit
+        self.operators = list(operators)
+        # lineages of repairs are walked by what the operator does, not by its name
+        self.repairing = {w.operator.name for w in operators if w.operator.repairs}
+        self.known = {c.code_hash for c in self.archive.candidates(self.run_id, task.name)}
         self.best: float | None = None
-        self.status = "running"
         self.waiting = False  # an operator's answer is pending (LLM exchange round)
         self.exhausted = ""  # why operators were dropped (LLM budget, endpoint)
         self.invalid = ""  # the evaluator found the task's reference failing on this machine
@@ -71,54 +102,57 @@ class TaskSearch:
         self.reference = reference_source(task)
 
     # -------------------------------------------------------------------------------------
-    def run(self) -> str:
+    def run(self) -> TaskEnd:
         state = self.archive.last_generation(self.run_id, self.task.name)
         if state is None:
             islands = self._generation_zero()
             if islands is None:
-                return self._finish(self._should_stop() if self.invalid else self._halt_reason())
-            self.archive.save_generation(self.run_id, self.task.name, 0, [[k.id for k in p] for p in islands])
+                return (self._should_stop() if self.invalid else None) or self._halted()
+            self._save(0, islands)
             done = 0
         else:
             done, ids = state
-            islands = [[kernel_from_row(self.archive.candidate(i)) for i in members] for members in ids]
+            islands = [[Kernel(self.archive.candidate(i)) for i in members] for members in ids]
         self._note_best(islands)
         self._event(done, islands)
         for gen in range(done + 1, self.config.generations + 1):
-            reason = self._should_stop()
-            if reason:
-                return self._finish(reason)
+            end = self._should_stop()
+            if end:
+                return end
             children = self._evaluate_generation(gen, islands)
             if children is None or self.waiting:
-                return self._finish(self._halt_reason())
-            islands = [self.policy.replace(pop, kids, self.config.population) for pop, kids in zip(islands, children)]
+                return self._halted()
+            policy = self.shared.policy
+            islands = [policy.replacement.survivors(pop, kids, self.config.population)
+                       for pop, kids in zip(islands, children)]
             if self.config.migration_interval and gen % self.config.migration_interval == 0:
-                self.policy.migrate(islands, self._rng(-1, gen))
-            self.archive.save_generation(self.run_id, self.task.name, gen, [[k.id for k in p] for p in islands])
+                policy.migration.migrate(islands, self._rng(-1, gen))
+            self._save(gen, islands)
             self._note_best(islands)
             self._event(gen, islands)
-        return self._finish(self._should_stop() or "done")
+        return self._should_stop() or TaskEnd(Halt.DONE)
 
-    def _finish(self, status: str) -> str:
-        self.status = status
-        return status
+    def _save(self, gen: int, islands: list[list[Kernel]]) -> None:
+        self.archive.save_generation(self.run_id, self.task.name, gen, [[k.id for k in p] for p in islands])
 
-    def _halt_reason(self) -> str:
-        return "waiting for LLM answers" if self.waiting else "stopped"
+    def _halted(self) -> TaskEnd:
+        return TaskEnd(Halt.WAITING if self.waiting else Halt.STOPPED)
 
-    def _should_stop(self) -> str:
+    def _should_stop(self) -> TaskEnd | None:
         if self.stop.is_set():
-            return "stopped"
+            return TaskEnd(Halt.STOPPED)
         if self.invalid:  # nothing can be judged against a reference that does not run here
-            return f"invalid here: {self.invalid}"
+            return TaskEnd(Halt.INVALID, self.invalid)
         if not any(w.operator.arity == 1 and not w.operator.repairs for w in self.operators):
-            return self.exhausted or "no operators left"
+            return TaskEnd(Halt.EXHAUSTED, self.exhausted)
         if self.config.target_speedup and self.best and self.best >= self.config.target_speedup:
-            return "target reached"
-        if self.config.budget_evals and self.archive.evaluation_count(self.run_id, self.task.name) >= \
-                self.config.budget_evals:
-            return "evaluation budget spent"
-        return ""
+            return TaskEnd(Halt.TARGET)
+        if self.config.budget_evals and self._evaluations() >= self.config.budget_evals:
+            return TaskEnd(Halt.BUDGET)
+        return None
+
+    def _evaluations(self) -> int:
+        return self.archive.evaluation_count(self.run_id, self.task.name)
 
     def _rng(self, island: int, generation: int) -> random.Random:
         return random.Random(f"{self.config.seed}/{self.task.name}/{island}/{generation}")
@@ -129,19 +163,19 @@ class TaskSearch:
         if not starts:
             h = code_hash(self.task.start_source)
             self.known.add(h)
-            cid = self.archive.add_candidate(self.run_id, self.task.name, START_ISLAND, 0, self.task.start_source,
-                                             h, [], "start", "the task's starting kernel")
-            starts = [self.archive.candidate(cid)]
+            starts = [self.archive.add_candidate(Draft(self.run_id, self.task.name, START_ISLAND, 0,
+                                                       self.task.start_source, h, (), "start",
+                                                       "the task's starting kernel"))]
         if not self._evaluate_pending(starts):
             return None
-        start = kernel_from_row(self.archive.candidate(starts[0]["id"]))
+        start = Kernel(self.archive.candidate(starts[0].id))
         if not self.invalid:
             # every child descends from the start, and on a script task it is the baseline's own
             # code: what the timing worker cannot time (a fault on the suite's benchmark inputs, a
             # result that differs from itself) no child can be judged on, and each try may crash
             # the timing worker, whose restart loses its caches (seen on the H100: TritonBench's
             # token_softmax_llama and triton_attention cut the run's timing throughput by half)
-            self.invalid = untimeable_start(start.error)
+            self.invalid = untimeable_start(start.candidate.error)
         if self.invalid:
             return None
         seeds = [[start.copy()] for _ in range(self.config.islands)]
@@ -150,93 +184,67 @@ class TaskSearch:
             return None
         return [pop + kids for pop, kids in zip(seeds, mutants)]
 
+    def _wants(self, islands: int, full: int) -> list[int]:
+        """Children per island: all places, or what is left of the budget, shared out exactly."""
+        if not self.config.budget_evals:
+            return [full] * islands
+        left = max(0, self.config.budget_evals - self._evaluations())
+        share, extra = divmod(left, islands)
+        return [min(full, share + (i < extra)) for i in range(islands)]
+
     def _evaluate_generation(self, gen: int, islands: list[list[Kernel]],
                              mutations_only: bool = False) -> list[list[Kernel]] | None:
         """Children of every island for this generation, all evaluated; None when stopped."""
-        full = self.config.population - (1 if mutations_only else 0)
-        wants = [full] * len(islands)
-        if self.config.budget_evals:  # what is left of the budget, shared out exactly
-            left = max(0, self.config.budget_evals - self.archive.evaluation_count(self.run_id, self.task.name))
-            share, extra = divmod(left, len(islands))
-            wants = [min(full, share + (i < extra)) for i in range(len(islands))]
+        wants = self._wants(len(islands), self.config.population - (1 if mutations_only else 0))
 
-        def island_rows(i: int) -> list[dict]:
+        def island_children(i: int) -> list[Candidate]:
             have = self.archive.candidates(self.run_id, self.task.name, i, gen)
             try:
-                return have + self._make_children(i, gen, islands[i], wants[i], have, mutations_only)
+                brood = Brood(wants[i], tuple(c.code_hash for c in have), islands[i],
+                              self.shared.policy.selection, mutations_only)
+                return have + self._make_children(i, gen, brood)
             finally:
                 self._pass_turn(i)
 
         self._next_island = 0
-
         with ThreadPoolExecutor(len(islands), thread_name_prefix=f"{self.task.name}-island") as pool:
-            rows = list(pool.map(island_rows, range(len(islands))))
-        if not self._evaluate_pending([r for island in rows for r in island]):
+            made = list(pool.map(island_children, range(len(islands))))
+        if not self._evaluate_pending([c for island in made for c in island]):
             return None
-        return [[kernel_from_row(self.archive.candidate(r["id"])) for r in island] for island in rows]
+        return [[Kernel(self.archive.candidate(c.id)) for c in island] for island in made]
 
-    def _make_children(self, island: int, gen: int, pop: list[Kernel], n: int, have: list[dict],
-                       mutations_only: bool) -> list[dict]:
-        """Up to `n` children in all, `have` (made before a stop) included. The island's stream is
-        drawn from its start again and a child already in `have` counts as made, so a resumed
-        generation draws exactly what an unbroken one would have."""
-        if n - len(have) <= 0 or self.stop.is_set():
+    def _make_children(self, island: int, gen: int, brood: Brood) -> list[Candidate]:
+        """The children still missing from this island's generation, added to the archive."""
+        if brood.wanted - len(brood.made_before) <= 0 or self.stop.is_set():
             return []
-        made_before = {r["code_hash"] for r in have}
-        replayed = 0
-        rng = self._rng(island, gen)
         rows = self.archive.candidates(self.run_id, self.task.name)
         context = Context(self.task.name, self.task.instruction, self.task.entry, island, gen,
                           self._temperature(island), self._history(rows, island, gen), self.reference)
         # the previous generation's failures of this island, for the repair operator
-        failed = [r for r in rows if r["island"] == island and r["generation"] == gen - 1 and
-                  r.get("evaluation_id") is not None and not r.get("correct")]
-        made, waiting, attempts, repairs = [], 0, 0, 0
-        while (replayed + len(made) + waiting < n and len(made) < n - len(have) and attempts < 5 * n
-               and not self.stop.is_set()):
-            jobs = []  # drawn in order from the island's stream: the same on resume
-            for _ in range(n - replayed - len(made) - waiting):
-                attempts += 1
-                repair = self._repairer() if not mutations_only else None
-                if repair is not None and failed and repairs < (n + 1) // 2:
-                    repairs += 1
-                    op, parents = repair, [kernel_from_row(failed.pop(0))]
-                else:
-                    ops = [w for w in self.operators if not w.operator.repairs and
-                           (w.operator.arity == 1 or not mutations_only)]
-                    if not ops:
-                        break
-                    op = pick(ops, rng)
-                    parents = self.policy.parents(pop, op.arity, rng) if len(pop) > 1 else [pop[0]] * op.arity
-                jobs.append((op, parents, random.Random(rng.getrandbits(64))))
-            if not jobs:
-                break
+        failed = [Kernel(c) for c in rows if c.island == island and c.generation == gen - 1
+                  and c.evaluated and not c.correct]
+        draw = Draw(self._rng(island, gen), failed, repair_cap=(brood.wanted + 1) // 2)
+        made: list[Candidate] = []
+
+        def propose(jobs: list[Job]) -> list[Proposal] | None:
             with ThreadPoolExecutor(len(jobs), thread_name_prefix=f"{self.task.name}-propose") as pool:
                 outcomes = list(pool.map(lambda j: self._propose(j, context), jobs))
-            if not self._await_turn(island):
-                break  # stopped before this island's turn: it adds nothing, a resume makes it all
-            for (_, parents, _), child in zip(jobs, outcomes):
-                if self.stop.is_set():
-                    break
-                if child == "pending":
-                    waiting += 1
-                    continue
-                if child is None:
-                    continue
-                h = code_hash(child.source)
-                if h in made_before:  # made by this draw before the stop: already in the archive
-                    made_before.discard(h)
-                    replayed += 1
-                    continue
-                with self.lock:
-                    if h in self.known:
-                        continue  # the same kernel was made before in this run: it is not evaluated again
-                    self.known.add(h)
-                cid = self.archive.add_candidate(self.run_id, self.task.name, island, gen, child.source, h,
-                                                 [p.id for p in parents], child.operator, child.note)
-                if child.llm_calls:
-                    self.archive.link_llm_calls(child.llm_calls, cid)
-                made.append(self.archive.candidate(cid))
+            # stopped before this island's turn: it adds nothing, a resume makes it all
+            return outcomes if self._await_turn(island) else None
+
+        def keep(job: Job, child: Child, h: str) -> bool:
+            with self.lock:
+                if h in self.known:
+                    return False  # the same kernel was made before in this run: not evaluated again
+                self.known.add(h)
+            made.append(self.archive.add_candidate(Draft(self.run_id, self.task.name, island, gen, child.source, h,
+                                                         tuple(p.id for p in job.parents), child.operator,
+                                                         child.note)))
+            if child.llm_calls:
+                self.archive.link_llm_calls(child.llm_calls, made[-1].id)
+            return True
+
+        breed(brood, draw, lambda: self.operators, propose, keep, self.stop.is_set)
         return made
 
     def _await_turn(self, island: int) -> bool:
@@ -246,19 +254,19 @@ class TaskSearch:
             self._turn.wait_for(lambda: self._next_island >= island)
         return not self.stop.is_set()
 
-    def _pass_turn(self, island: int):
+    def _pass_turn(self, island: int) -> None:
         with self._turn:
             self._turn.wait_for(lambda: self._next_island >= island)
             self._next_island = island + 1
             self._turn.notify_all()
 
-    def _propose(self, job, context: Context):
-        op, parents, rng = job
+    def _propose(self, job: Job, context: Context) -> Proposal:
+        op = job.operator
         try:
-            return op.propose([self._parent(p) for p in parents], context, rng)
+            return op.propose([self._parent(p.candidate) for p in job.parents], context, job.rng())
         except Pending:
             self.waiting = True
-            return "pending"
+            return AWAITING
         except Exhausted as e:
             with self.lock:
                 self.exhausted = str(e)
@@ -266,59 +274,55 @@ class TaskSearch:
                                   getattr(w.operator, "client", None) is not getattr(op, "client", 0)]
             return None
 
-    def _repairer(self):
-        return next((w.operator for w in self.operators if w.operator.repairs), None)
-
-    def _parent(self, k: Kernel, row: dict | None = None) -> Parent:
+    def _parent(self, c: Candidate) -> Parent:
         """What operators see of a kernel: its results and, for repairs, its lineage's reflections."""
-        row = row or self.archive.candidate(k.id)
-        reflections, cur = [], row
-        while cur.get("operator") == "llm_repair" and len(reflections) < 50:
-            reflections.insert(0, cur.get("note") or "")
-            if not cur.get("parent_ids"):
+        reflections: list[str] = []
+        cur = c
+        while cur.operator in self.repairing and len(reflections) < MAX_REFLECTIONS:
+            reflections.insert(0, cur.note)
+            if not cur.parent_ids:
                 break
-            cur = self.archive.candidate(cur["parent_ids"][0])
-        return Parent(k.id, k.source, k.speedup, k.correct, k.error, stage=k.stage, times=row.get("times") or [],
-                      flags=row.get("flags") or [], operator=row.get("operator") or "", note=row.get("note") or "",
-                      reflections=reflections, repairs=len(reflections))
+            cur = self.archive.candidate(cur.parent_ids[0])
+        return Parent(c.id, c.source, c.speedup, c.correct, c.error, stage=c.stage, times=list(c.times),
+                      flags=list(c.flags), operator=c.operator, note=c.note, reflections=reflections,
+                      repairs=len(reflections))
 
-    def _history(self, rows: list[dict], island: int, gen: int) -> list[Parent]:
+    def _history(self, rows: list[Candidate], island: int, gen: int) -> list[Parent]:
         """The island's correct earlier attempts (the start included), ascending by speedup."""
-        done = [r for r in rows if r["island"] in (island, START_ISLAND) and r["generation"] < gen
-                and r.get("evaluation_id") is not None and r.get("correct")]
-        done.sort(key=lambda r: (r.get("speedup") or 0.0, r["id"]))
-        return [self._parent(kernel_from_row(r), r) for r in done]
+        done = [c for c in rows if c.island in (island, START_ISLAND) and c.generation < gen and c.correct]
+        done.sort(key=lambda c: (c.speedup or 0.0, c.id))
+        return [self._parent(c) for c in done]
 
     def _temperature(self, island: int) -> float | None:
         t = self.config.temperatures
         return t[island % len(t)] if t else None
 
-    def _evaluate_pending(self, rows: list[dict]) -> bool:
-        """Evaluates the rows that have no evaluation yet; False when stopped before all were."""
-        pending = [r for r in rows if r.get("evaluation_id") is None]
+    def _evaluate_pending(self, candidates: list[Candidate]) -> bool:
+        """Evaluates the candidates that have no evaluation yet; False when stopped before all were."""
+        pending = [c for c in candidates if not c.evaluated]
         if pending and self.stop.is_set():
             return False
-        futures = [(r, self.submit(self.task, r["source"])) for r in pending]
+        futures = [(c, self.submit(self.task, c.source)) for c in pending]
         complete = True
-        for row, fut in futures:
-            verdict = fut.result()
+        for c, fut in futures:
+            verdict: Verdict | None = fut.result()
             if verdict is None:  # the run is stopping: left pending, evaluated on resume
                 complete = False
                 continue
-            self.archive.add_evaluation(row["id"], verdict.to_dict())
+            self.archive.add_evaluation(c.id, verdict)
             if "invalid-here" in verdict.flags:  # the suite's reference fails on this machine
                 self.invalid = verdict.reason.splitlines()[0][:200] if verdict.reason else "reference fails here"
             if verdict.passed and verdict.speedup:
                 self.best = max(self.best or 0.0, verdict.speedup)
-            self.on_event({"task": self.task.name, "evaluated": 1})
+            self.shared.on_event({"task": self.task.name, "evaluated": 1})
         return complete
 
-    def _note_best(self, islands: list[list[Kernel]]):
+    def _note_best(self, islands: list[list[Kernel]]) -> None:
         for pop in islands:
             for k in pop:
                 if k.correct and k.speedup:
                     self.best = max(self.best or 0.0, k.speedup)
 
-    def _event(self, gen: int, islands: list[list[Kernel]]):
-        self.on_event({"task": self.task.name, "generation": gen, "of": self.config.generations, "best": self.best,
-                       "correct": sum(k.correct for pop in islands for k in pop)})
+    def _event(self, gen: int, islands: list[list[Kernel]]) -> None:
+        self.shared.on_event({"task": self.task.name, "generation": gen, "of": self.config.generations,
+                              "best": self.best, "correct": sum(k.correct for pop in islands for k in pop)})

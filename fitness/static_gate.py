@@ -11,6 +11,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from suites.ast_lock import parse
+
 MAX_SOURCE_BYTES = 1 << 20
 
 ALLOWED_IMPORTS = {
@@ -66,7 +68,7 @@ def check_source(source: str | bytes, entry: str, tolerated: frozenset = frozens
     if not source.strip():
         return GateResult(False, "source is empty")
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as e:
         return GateResult(False, f"not valid Python: {e.msg} (line {e.lineno})")
     except (ValueError, RecursionError, MemoryError) as e:
@@ -86,7 +88,7 @@ def check_source(source: str | bytes, entry: str, tolerated: frozenset = frozens
 def allowance(reference_source: str) -> frozenset:
     """The gate's problems with a suite's reference, without line numbers."""
     try:
-        return frozenset(_key(p) for p in _banned(ast.parse(reference_source)))
+        return frozenset(_key(p) for p in _banned(parse(reference_source)))
     except (SyntaxError, ValueError, RecursionError):
         return frozenset()
 

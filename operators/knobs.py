@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass
 
 from operators.base import Child, Context, Operator, Parent
+from suites.ast_lock import parse
 
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
@@ -83,49 +84,70 @@ def _knobs_of(source: str) -> tuple[Knob, ...]:
     tree once per function (55 ms a proposal under a profiler, the engine's largest cost when
     32 Dask units asked it for candidates: bench/cluster_scale.py)."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return ()
-    data = source.encode()
-    off = _Offsets(data)
+    off = _Offsets(source.encode())
     jit = _jit_names(tree)
     # an autotuned kernel gets num_warps/num_stages from its Configs: passing them at the launch
     # too fails ("got multiple values for keyword argument"), so only its Configs are knobs
     autotuned = _decorated(tree, ("autotune",))
     knobs: list[Knob] = []
     for func in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name not in jit]:
-        launches = [c for c in ast.walk(func) if isinstance(c, ast.Call) and isinstance(c.func, ast.Subscript)
-                    and isinstance(c.func.value, ast.Name) and c.func.value.id in jit]
-        launches.sort(key=lambda c: (c.lineno, c.col_offset))
-        passed_names = set()
-        for i, call in enumerate(launches):
-            kernel = call.func.value.id
-            given = {}
-            for kw in call.keywords:
-                if kw.arg is None:
-                    continue
-                if isinstance(kw.value, ast.Name):
-                    passed_names.add(kw.value.id)
-                v = _int_const(kw.value)
-                kind = kw.arg if kw.arg in ("num_warps", "num_stages") else "block"
-                if v is not None and (kind != "block" or _is_pow2(v)):
-                    given[kw.arg] = Knob(("launch", func.name, kernel, i, kw.arg), kind, v, off.span(kw.value))
-            passed_names.update(a.id for a in call.args if isinstance(a, ast.Name))
-            # after the last argument: a trailing comma and the layout stay as they were
-            last = max([*call.args, *call.keywords], key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
-            end = off.at(last.end_lineno, last.end_col_offset) if last else off.at(call.end_lineno,
-                                                                                call.end_col_offset) - 1
-            for name in ("num_warps", "num_stages"):
-                if kernel not in autotuned and name not in given and not any(kw.arg == name for kw in call.keywords):
-                    given[name] = Knob(("launch", func.name, kernel, i, name), name, None, None, end)
-            knobs.extend(given.values())
-        for node in ast.walk(func):
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                    and node.targets[0].id in passed_names and _is_pow2(_int_const(node.value))):
-                knobs.append(Knob(("assign", func.name, node.targets[0].id), "block", node.value.value,
-                                  off.span(node.value)))
+        knobs += _function_knobs(func, jit, autotuned, off)
+    knobs += _config_knobs(tree, off)
+    knobs.sort(key=lambda k: k.span[0] if k.span else k.insert_at)
+    return tuple(knobs)
+
+
+def _function_knobs(func: ast.FunctionDef, jit: set[str], autotuned: set[str], off: _Offsets) -> list[Knob]:
+    """A wrapper's launch arguments, and the power-of-two constants it assigns to names it passes."""
+    launches = [c for c in ast.walk(func) if isinstance(c, ast.Call) and isinstance(c.func, ast.Subscript)
+                and isinstance(c.func.value, ast.Name) and c.func.value.id in jit]
+    launches.sort(key=lambda c: (c.lineno, c.col_offset))
+    passed_names: set[str] = set()
+    knobs: list[Knob] = []
+    for i, call in enumerate(launches):
+        knobs += _launch_knobs(func.name, i, call, autotuned, off, passed_names)
+    for node in ast.walk(func):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id in passed_names and _is_pow2(_int_const(node.value))):
+            knobs.append(Knob(("assign", func.name, node.targets[0].id), "block", node.value.value,
+                              off.span(node.value)))
+    return knobs
+
+
+def _launch_knobs(func: str, i: int, call: ast.Call, autotuned: set[str], off: _Offsets,
+                  passed_names: set[str]) -> list[Knob]:
+    """The i-th launch's constant keywords (and num_warps/num_stages to add where it has none);
+    the names it passes go into `passed_names`."""
+    kernel = call.func.value.id  # the caller matched kernel[grid](...)
+    given = {}
+    for kw in call.keywords:
+        if kw.arg is None:
+            continue
+        if isinstance(kw.value, ast.Name):
+            passed_names.add(kw.value.id)
+        v = _int_const(kw.value)
+        kind = kw.arg if kw.arg in ("num_warps", "num_stages") else "block"
+        if v is not None and (kind != "block" or _is_pow2(v)):
+            given[kw.arg] = Knob(("launch", func, kernel, i, kw.arg), kind, v, off.span(kw.value))
+    passed_names.update(a.id for a in call.args if isinstance(a, ast.Name))
+    # after the last argument: a trailing comma and the layout stay as they were
+    last = max([*call.args, *call.keywords], key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
+    end = off.at(last.end_lineno, last.end_col_offset) if last else off.at(call.end_lineno,
+                                                                        call.end_col_offset) - 1
+    for name in ("num_warps", "num_stages"):
+        if kernel not in autotuned and name not in given and not any(kw.arg == name for kw in call.keywords):
+            given[name] = Knob(("launch", func, kernel, i, name), name, None, None, end)
+    return list(given.values())
+
+
+def _config_knobs(tree: ast.Module, off: _Offsets) -> list[Knob]:
+    """Block sizes, num_warps and num_stages of every triton.Config, in source order."""
     configs = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and ast.unparse(c.func).endswith("Config")]
     configs.sort(key=lambda c: (c.lineno, c.col_offset))
+    knobs = []
     for i, call in enumerate(configs):
         if call.args and isinstance(call.args[0], ast.Dict):
             for k, v in zip(call.args[0].keys, call.args[0].values):
@@ -134,8 +156,7 @@ def _knobs_of(source: str) -> tuple[Knob, ...]:
         for kw in call.keywords:
             if kw.arg in ("num_warps", "num_stages") and _int_const(kw.value) is not None:
                 knobs.append(Knob(("config", i, kw.arg), kw.arg, kw.value.value, off.span(kw.value)))
-    knobs.sort(key=lambda k: k.span[0] if k.span else k.insert_at)
-    return tuple(knobs)
+    return knobs
 
 
 def apply(source: str, changes: dict[Knob, int]) -> str | None:
@@ -152,7 +173,7 @@ def apply(source: str, changes: dict[Knob, int]) -> str | None:
         data = data[:start] + text.encode() + data[end:]
     out = data.decode()
     try:
-        ast.parse(out)
+        parse(out)
     except SyntaxError:
         return None
     return out

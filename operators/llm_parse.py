@@ -3,11 +3,11 @@ complete module, taken as the first fenced Python block that defines the entry p
 purpose: an answer that cannot be used is reported back to the model once, never half-applied."""
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 
 from fitness.static_gate import defines
+from suites.ast_lock import parse
 
 MAX_RESPONSE_CHARS = 200_000  # a kernel module is a few KB; anything this long is a runaway answer
 FENCE = re.compile(r"^[ \t]*(```+|~~~+)[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.S | re.M)
@@ -33,7 +33,7 @@ def parse_answer(text: str, entry: str) -> Parsed:
     first_error = ""
     for _, _, code in blocks:
         try:
-            tree = ast.parse(code)
+            tree = parse(code)
         except SyntaxError as e:
             first_error = first_error or f"the ```python block does not parse: {e.msg} (line {e.lineno})"
             continue

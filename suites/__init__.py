@@ -1,3 +1,0 @@
-from suites.ast_lock import install
-
-install()

@@ -1,23 +1,20 @@
-"""ast.parse serialized for the process, on CPython before 3.12: parsing is not thread-safe
+"""`parse`: ast.parse, one thread at a time on CPython before 3.12. Parsing is not thread-safe
 there (gh-106905, "AST constructor recursion depth mismatch"), and every layer parses sources in
 several threads at once (hashing, knob operators, LLM answers, the static gate; a Dask unit's
-evaluations side by side). Installed on import of `suites`, which every layer imports: a Dask
-worker that loads only fitness/ failed a search with that SystemError when it was installed by
-`evolve` alone."""
+evaluations side by side): a Dask worker that parsed in two threads failed a search with that
+SystemError. Every parse of ours goes through here; nothing patches the `ast` module."""
+from __future__ import annotations
+
 import ast
 import sys
 import threading
 
+_LOCK = threading.Lock()
+_NEEDED = sys.version_info < (3, 12)
 
-def install() -> None:
-    if sys.version_info >= (3, 12) or getattr(ast.parse, "serialized", False):
-        return
-    lock = threading.Lock()
-    parse = ast.parse
 
-    def serialized_parse(*args, **kwargs):
-        with lock:
-            return parse(*args, **kwargs)
-
-    serialized_parse.serialized = True
-    ast.parse = serialized_parse
+def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
+    if not _NEEDED:
+        return ast.parse(source, filename)
+    with _LOCK:
+        return ast.parse(source, filename)

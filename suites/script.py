@@ -17,6 +17,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from suites.ast_lock import parse
 from suites.data import SEPARATOR
 from suites.registry import SuiteError
 
@@ -79,7 +80,7 @@ def hoisted_imports(module: str, test: str) -> str:
     In the suite's one file they ran before any call (block_sparse_attn calls `torch.empty` and
     imports torch only below the separator): the kernel alone, as the timing loads it, needs them."""
     try:
-        mod, tst = ast.parse(module), ast.parse(test)
+        mod, tst = parse(module), parse(test)
     except SyntaxError:
         return ""
     bound = set()
@@ -145,7 +146,7 @@ class _ToCpu(ast.NodeTransformer):
 
 def cpu_rewrite(source: str) -> str:
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return source  # the worker's import reports it, with the line
     return ast.unparse(ast.fix_missing_locations(_ToCpu().visit(tree)))

@@ -13,6 +13,7 @@ import sys
 import types
 from pathlib import Path
 
+from suites.ast_lock import parse
 from suites.data import suite_dir
 from suites.registry import SuiteError, SuiteTasks
 from suites.script import (
@@ -35,7 +36,7 @@ PACKAGE = "TritonBench_v1"  # what the perf files import the kernel module as
 def perf_imports(perf_source: str, name: str, path: Path) -> list[str]:
     """The names a perf file imports from the task's module (the first is the entry point)."""
     try:
-        tree = ast.parse(perf_source)
+        tree = parse(perf_source)
     except SyntaxError as e:
         raise SuiteError(f"{path}: does not parse ({e.msg}, line {e.lineno})") from None
     for node in ast.walk(tree):

@@ -3,8 +3,10 @@ import sqlite3
 
 import pytest
 
-from archives.archive import LLM_COLUMNS, SCHEMA_VERSION, Archive, ArchiveError
+from archives.archive import SCHEMA_VERSION, Archive, ArchiveError
 from archives.codehash import code_hash
+from archives.records import LLM_COLUMNS, Draft
+from fitness.verdict import Verdict
 
 
 def test_tables_wal_and_schema_version(tmp_path):
@@ -20,19 +22,20 @@ def test_tables_wal_and_schema_version(tmp_path):
 def test_round_trip_of_a_candidate_and_its_evaluation(tmp_path):
     a = Archive(tmp_path / "a.db")
     run = a.new_run("builtin", {"islands": 2})
-    cid = a.add_candidate(run, "softmax", 0, 1, "src", "h1", [7, 8], "knob_mutation", "BLOCK 128->64")
-    assert a.candidate(cid)["evaluation_id"] is None
-    a.add_evaluation(cid, {"stage": "timed", "correct": True, "heldout_correct": True, "passed": True,
-                           "speedup": 1.5, "times": [{"shape": {}}], "device": "gpu", "flags": [], "reason": "ok"})
-    row = a.candidate(cid)
-    assert row["passed"] is True and row["speedup"] == 1.5 and row["parent_ids"] == [7, 8]
+    cid = a.add_candidate(Draft(run, "softmax", 0, 1, "src", "h1", (7, 8), "knob_mutation", "BLOCK 128->64")).id
+    assert a.candidate(cid).evaluation is None
+    a.add_evaluation(cid, Verdict("softmax", stage="timed", correct=True, heldout_correct=True, speedup=1.5,
+                                  times=[{"shape": {}}], device="gpu", reason="ok"))
+    c = a.candidate(cid)
+    assert c.evaluation is not None and c.evaluation.passed and c.speedup == 1.5 and c.parent_ids == (7, 8)
+    assert c.times == ({"shape": {}},) and c.evaluation.verdict()["device"] == "gpu" and c.error == ""
     assert a.evaluation_count(run, "softmax") == 1
     with pytest.raises(sqlite3.IntegrityError):  # one evaluation per candidate, ever
-        a.add_evaluation(cid, {"stage": "none"})
+        a.add_evaluation(cid, Verdict("softmax"))
     a.save_generation(run, "softmax", 0, [[cid], [cid]])
     a.save_generation(run, "softmax", 1, [[cid], []])
     assert a.last_generation(run, "softmax") == (1, [[cid], []])
-    assert a.latest_run()["config"] == {"islands": 2}
+    assert a.latest_run().config == {"islands": 2}
 
 
 @pytest.mark.parametrize("content, message", [
@@ -103,7 +106,7 @@ def test_an_archive_from_an_earlier_version_is_brought_up_to_date_only_when_writ
     run = make_old_archive(tmp_path / "a.db")
     before = (tmp_path / "a.db").read_bytes()
     a = Archive(tmp_path / "a.db")
-    assert a.latest_run()["id"] == run and a.sessions(run) == []
+    assert a.latest_run().id == run and a.sessions(run) == []
     a.close()
     assert (tmp_path / "a.db").read_bytes() == before  # opened and read: not a byte changed
     a = Archive(tmp_path / "a.db")

@@ -3,7 +3,7 @@ import threading
 
 from archives.archive import Archive
 from evolve.export import export
-from evolve.task_search import SearchConfig, TaskSearch
+from evolve.task_search import SearchConfig, Shared, TaskSearch
 from operators.registry import knob_operators
 from tests.test_task_search import Untimeable, search
 
@@ -24,7 +24,7 @@ def test_the_exported_speedup_is_the_second_measurement(tmp_path, builtin):
 
     e = export(archive, run_id, "builtin", ["softmax"], tmp_path / "out", retime=retime)["tasks"][0]
     best = archive.candidate(e["candidate"])
-    assert timed[0] == ("softmax", best["source"]) and len(timed) == 2
+    assert timed[0] == ("softmax", best.source) and len(timed) == 2
     assert e["speedup"] == 0.5 and e["start_speedup"] == 0.25 and e["vs_start"] == 2.0
     assert e["search_speedup"] > 1.0 and e["search_start_speedup"] != e["search_speedup"]
     header = (tmp_path / "out" / "softmax.py").read_text().splitlines()[1]
@@ -54,8 +54,8 @@ def test_an_earlier_runs_file_for_a_task_without_a_kernel_now_is_removed(tmp_pat
 def test_the_summary_says_why_a_task_has_no_kernel_when_its_start_cannot_be_timed(tmp_path, builtin):
     archive = Archive(tmp_path / "a.db")
     run_id = archive.new_run("builtin", {})
-    TaskSearch(builtin["softmax"], archive, run_id, Untimeable().submit, knob_operators(),
-               SearchConfig(islands=2, population=3, generations=2), threading.Event()).run()
+    TaskSearch(builtin["softmax"], knob_operators(), SearchConfig(islands=2, population=3, generations=2),
+               Shared(archive, run_id, Untimeable().submit, threading.Event())).run()
     e = export(archive, run_id, "builtin", ["softmax"], tmp_path / "out")["tasks"][0]
     assert e["status"] == "no correct kernel" and e["note"] == (
         "its starting kernel cannot be timed here: timing: torch.AcceleratorError: CUDA error: "

@@ -25,7 +25,7 @@ def archive(tmp_path):
 
 
 def client_for(server, archive, **cfg):
-    run = archive.latest_run()["id"] if archive.latest_run() else archive.new_run("builtin", {})
+    run = archive.latest_run().id if archive.latest_run() else archive.new_run("builtin", {})
     config = LLMConfig(**{"model": "test-model", "base_url": server.url, "api_key": "k", "backoff_s": 0.01,
                           "timeout_s": 20, **cfg})
     return LLMClient(config, archive, run)

@@ -5,7 +5,7 @@ import threading
 from concurrent.futures import Future
 
 from archives.archive import Archive
-from evolve.task_search import SearchConfig, TaskSearch
+from evolve.task_search import SearchConfig, Shared, TaskSearch
 from fitness.verdict import Verdict
 from operators.llm_client import LLMClient, LLMConfig
 from operators.registry import LLMSetup, llm_operators
@@ -47,31 +47,31 @@ def test_failed_children_are_repaired_then_dropped_after_max_debug(tmp_path, bui
         ops = llm_operators(LLMSetup(client, "gpu", retriever, "builtin", max_debug=2))
         config = SearchConfig(islands=2, population=4, generations=5, migration_interval=100,
                               temperatures=(0.6, 1.2))
-        ts = TaskSearch(builtin["softmax"], archive, run, evaluate, ops, config, threading.Event())
-        assert ts.run() == "done"
+        ts = TaskSearch(builtin["softmax"], ops, config, Shared(archive, run, evaluate, threading.Event()))
+        assert str(ts.run()) == "done"
         repair_prompts = [b["messages"][-1]["content"] for b in server.requests if kind(b) == "repair"]
         temps = {b.get("temperature") for b in server.requests}
-    rows = {r["id"]: r for r in archive.candidates(run, "softmax")}
+    rows = {r.id: r for r in archive.candidates(run, "softmax")}
 
     def depth(r):
         d = 0
-        while r["operator"] == "llm_repair":
+        while r.operator == "llm_repair":
             d += 1
-            r = rows[r["parent_ids"][0]]
+            r = rows[r.parent_ids[0]]
         return d
 
-    repairs = [r for r in rows.values() if r["operator"] == "llm_repair"]
+    repairs = [r for r in rows.values() if r.operator == "llm_repair"]
     assert repairs and max(depth(r) for r in repairs) == 2, "lineages end at --max-debug repairs"
     for r in repairs:  # each repair answers a failure of its island's previous generation
-        p = rows[r["parent_ids"][0]]
-        assert not p["correct"] and p["generation"] == r["generation"] - 1 and p["island"] == r["island"]
-    dropped = [r for r in rows.values() if r["note"].startswith("lineage dropped after 2 failed repairs")]
-    assert dropped and all(r["operator"] == "llm_generate" and depth(rows[r["parent_ids"][0]]) == 2
+        p = rows[r.parent_ids[0]]
+        assert not p.correct and p.generation == r.generation - 1 and p.island == r.island
+    dropped = [r for r in rows.values() if r.note.startswith("lineage dropped after 2 failed repairs")]
+    assert dropped and all(r.operator == "llm_generate" and depth(rows[r.parent_ids[0]]) == 2
                            for r in dropped)
     assert all("RuntimeError: boom" in t for t in repair_prompts)
     assert any("1. the grid was wrong." in t for t in repair_prompts), "the lineage's reflection is shown"
     assert temps == {0.6, 1.2}
     # every LLM child links to the call(s) that made it
     linked = {r[0] for r in archive.db.execute("select candidate_id from llm_calls where candidate_id is not null")}
-    assert {r["id"] for r in rows.values() if r["operator"].startswith("llm_")} <= linked
+    assert {r.id for r in rows.values() if r.operator.startswith("llm_")} <= linked
     archive.close()

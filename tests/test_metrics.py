@@ -5,6 +5,7 @@ import pytest
 
 from archives import analysis
 from archives import metrics as m
+from archives.records import Candidate, Evaluation
 from evolve.export import choose
 
 
@@ -86,10 +87,9 @@ def test_sol_fraction_and_achieved_rates():
     assert m.achieved([{"candidate_ms": 2.0, "bytes": 0, "flops": 4e9}]) == {"GBps": None, "TFLOPs": pytest.approx(2.0)}
 
 
-def _row(i, island, gen, stage, correct=False, heldout=False, speedup=None, op="knob_mutation"):
-    return {"id": i, "island": island, "generation": gen, "operator": op, "evaluation_id": i, "stage": stage,
-            "correct": correct, "heldout_correct": heldout, "passed": correct and heldout, "speedup": speedup,
-            "times": [], "device": "gpu"}
+def _row(i, island, gen, stage, correct=False, heldout=False, speedup=None, op="knob_mutation", evaluated=True):
+    evaluation = Evaluation(i, stage, correct, heldout, correct and heldout, speedup, "", "gpu") if evaluated else None
+    return Candidate(i, 1, "t", island, gen, f"src{i}", f"h{i}", (), op, "", evaluation=evaluation)
 
 
 def test_best_kernel_follows_the_export_rule():
@@ -97,9 +97,9 @@ def test_best_kernel_follows_the_export_rule():
             _row(3, 1, 1, "timed", True, True, 1.5), _row(4, 1, 2, "timed", True, True, 1.5),
             _row(5, 0, 2, "call")]
     best = m.best_kernel(rows, need_heldout=True)
-    assert best["id"] == 3  # 3.0 failed held-out; ties go to the oldest
-    assert best == choose(rows)[0]
-    assert m.best_kernel(rows, need_heldout=False)["id"] == 2
+    assert best.id == 3  # 3.0 failed held-out; ties go to the oldest
+    assert choose(rows) == (best, [rows[1]])  # the export picks by the same rule, and names what it passed over
+    assert m.best_kernel(rows, need_heldout=False).id == 2
     assert m.best_kernel([_row(1, 0, 0, "compile")], True) is None
 
 
@@ -108,7 +108,7 @@ def test_task_summary_accuracies_pass_at_k_and_generalization():
             _row(2, 0, 1, "timed", True, False, 3.0),     # fastest on tuning shapes, fails held-out
             _row(3, 0, 1, "timed", True, True, 1.5),
             _row(4, 1, 1, "compile"), _row(5, 2, 1, "call"),
-            {"id": 6, "island": 2, "generation": 2, "operator": "knob_mutation", "evaluation_id": None}]
+            _row(6, 2, 2, "none", evaluated=False)]
     t = analysis.task_summary(rows, islands=3)
     assert (t["generated"], t["pending"]) == (4, 1)  # the start is not generated
     assert t["call_accuracy"] == pytest.approx(3 / 4) and t["exec_accuracy"] == pytest.approx(2 / 4)

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from archives.archive import Archive
+from archives.records import Draft
 from archives.report import build
+from fitness.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [sys.executable, str(ROOT / "run.py")]
@@ -29,11 +31,10 @@ def times(candidate_ms, floor_ms):
 
 def add(a, run, task, island, gen, stage, correct=False, heldout=False, speedup=None, op="knob_mutation",
         rows=(), flags=()):
-    cid = a.add_candidate(run, task, island, gen, f"# {task} {island} {gen} {op} {speedup}", f"h{time.time_ns()}",
-                          [], op)
-    a.add_evaluation(cid, {"stage": stage, "correct": correct, "heldout_correct": heldout,
-                           "passed": correct and heldout, "speedup": speedup, "times": list(rows),
-                           "device": "NVIDIA H100 80GB HBM3", "flags": list(flags), "reason": ""})
+    cid = a.add_candidate(Draft(run, task, island, gen, f"# {task} {island} {gen} {op} {speedup}",
+                                f"h{time.time_ns()}", (), op)).id
+    a.add_evaluation(cid, Verdict(task, stage=stage, correct=correct, heldout_correct=heldout, speedup=speedup,
+                                  times=list(rows), device="NVIDIA H100 80GB HBM3", flags=list(flags)))
     return cid
 
 
@@ -245,7 +246,7 @@ def _other_tool(path):
     (lambda p: p.write_bytes(b"hello, not a database"), "is not an SQLite database"),
     (lambda p: p.write_bytes(b""), "is an empty file"),
     (lambda p: Archive(p).close(), "holds no run yet (an empty archive)"),
-    (_old_schema, "schema version 0, an older one than this report reads (1)"),
+    (_old_schema, "schema version 0, an older one than this triton-evolve reads (1)"),
     (_other_tool, "is not a triton-evolve archive"),
     (lambda p: p.mkdir(), "is not a file"),
     (lambda p: p.write_bytes(b"SQLite format 3\x00" + b"\x00" * 200), "not a readable SQLite database"),
@@ -271,7 +272,7 @@ def test_unknown_run_and_unreadable_invalid_file(timed_archive, tmp_path):
 def test_run_with_candidates_but_no_evaluation_yet(tmp_path):
     a = Archive(tmp_path / "a.db")
     run = a.new_run("builtin", {"suite": "builtin", "islands": 2})
-    a.add_candidate(run, "softmax", -1, 0, "src", "h", [], "start")
+    a.add_candidate(Draft(run, "softmax", -1, 0, "src", "h", (), "start"))
     a.close()
     p = report("--archive", tmp_path / "a.db", "--out", tmp_path / "rep")
     assert p.returncode == 0, p.stderr

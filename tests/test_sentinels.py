@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from archives.archive import Archive
 from archives.metrics import aa_noise
-from evolve.runner import session_line
 from evolve.sentinels import Sentinels
+from evolve.session import session_line
 from fitness.verdict import Verdict
 
 

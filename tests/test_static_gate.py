@@ -67,14 +67,25 @@ def test_oversized_source_rejected():
     assert "limit" in check_source(big.encode(), "entry").reason
 
 
-def test_a_process_that_loads_only_the_evaluator_parses_sources_one_thread_at_a_time():
-    """A Dask unit imports fitness/ and never evolve/: its parallel evaluations once died with
-    CPython 3.11's "AST constructor recursion depth mismatch" (gh-106905)."""
+def test_every_parse_of_ours_goes_through_the_lock_and_nothing_patches_ast():
+    """CPython 3.11 parses unsafely in threads (gh-106905: a Dask unit's parallel evaluations
+    died with "AST constructor recursion depth mismatch"): every layer parses with
+    suites.ast_lock.parse, and importing the layers leaves the `ast` module as it was."""
+    import ast
     import subprocess
     import sys
     from pathlib import Path
-    code = ("import ast, sys; import fitness.static_gate; "
-            "print(sys.version_info >= (3, 12) or getattr(ast.parse, 'serialized', False))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parent.parent, check=True).stdout
+    root = Path(__file__).resolve().parent.parent
+    direct = []
+    for path in [p for d in ("suites", "fitness", "operators", "evolve", "archives") for p in (root / d).rglob("*.py")]:
+        if path.name == "ast_lock.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("parse", "literal_eval") and \
+                    isinstance(node.value, ast.Name) and node.value.id == "ast":
+                direct.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert direct == []
+    code = ("import ast; p = ast.parse; import run, evolve.runner, fitness.evaluator, operators.registry, "
+            "archives.report; print(ast.parse is p)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
     assert out.strip() == "True"

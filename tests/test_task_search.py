@@ -6,7 +6,7 @@ from concurrent.futures import Future
 
 from archives.archive import Archive
 from archives.codehash import code_hash
-from evolve.task_search import START_ISLAND, SearchConfig, TaskSearch
+from evolve.task_search import START_ISLAND, SearchConfig, Shared, TaskSearch
 from fitness.verdict import Verdict
 from operators.knobs import find_knobs
 from operators.registry import knob_operators
@@ -36,25 +36,25 @@ def search(tmp_path, builtin, run_id=None, archive=None, stop=None, **cfg):
     run_id = run_id or archive.new_run("builtin", {})
     ev = FakeEvaluator()
     config = SearchConfig(**{"islands": 3, "population": 4, "generations": 4, "migration_interval": 100, **cfg})
-    ts = TaskSearch(builtin["softmax"], archive, run_id, ev.submit, knob_operators(), config,
-                    stop or threading.Event())
+    ts = TaskSearch(builtin["softmax"], knob_operators(), config,
+                    Shared(archive, run_id, ev.submit, stop or threading.Event()))
     return ts, archive, run_id, ev
 
 
 def island_of(archive, cid):
-    return archive.candidate(cid)["island"]
+    return archive.candidate(cid).island
 
 
 def test_islands_evolve_apart_without_migration(tmp_path, builtin):
     ts, archive, run, ev = search(tmp_path, builtin)
-    assert ts.run() == "done"
+    assert str(ts.run()) == "done"
     gen, islands = archive.last_generation(run, "softmax")
     assert gen == 4 and len(islands) == 3
     for i, members in enumerate(islands):
         # every member was made on this island (or is the shared starting kernel)
         assert {island_of(archive, m) for m in members} <= {i, START_ISLAND}
         for row in archive.candidates(run, "softmax", island=i):
-            assert {island_of(archive, p) for p in row["parent_ids"]} <= {i, START_ISLAND}
+            assert {island_of(archive, p) for p in row.parent_ids} <= {i, START_ISLAND}
     assert len({tuple(sorted(m)) for m in islands}) == 3  # three different populations
     # nothing was evaluated twice, and the search improved on the start
     assert len(ev.sources) == len({code_hash(s) for s in ev.sources})
@@ -68,9 +68,9 @@ def test_migration_carries_the_best_to_the_next_island(tmp_path, builtin):
     assert gen == 2
     for i, members in enumerate(islands):
         came_from = (i - 1) % len(islands)
-        best_there = max(r["speedup"] for r in archive.candidates(run, "softmax", island=came_from))
+        best_there = max(r.speedup for r in archive.candidates(run, "softmax", island=came_from))
         arrived = [archive.candidate(m) for m in members if island_of(archive, m) == came_from]
-        assert any(r["speedup"] == best_there for r in arrived), f"island {i} lacks island {came_from}'s best"
+        assert any(r.speedup == best_there for r in arrived), f"island {i} lacks island {came_from}'s best"
 
 
 def test_resume_continues_and_evaluates_nothing_twice(tmp_path, builtin):
@@ -90,26 +90,26 @@ def test_resume_continues_and_evaluates_nothing_twice(tmp_path, builtin):
         return original(task, source)
 
     ts.submit = stopping_submit
-    assert ts.run() == "stopped"
+    assert str(ts.run()) == "stopped"
     done, _ = archive.last_generation(run, "softmax")
-    pending = [r for r in archive.candidates(run, "softmax") if r["evaluation_id"] is None]
+    pending = [r for r in archive.candidates(run, "softmax") if not r.evaluated]
     assert done == 0 and pending
-    evaluated_before = {r["id"] for r in archive.candidates(run, "softmax") if r["evaluation_id"]}
+    evaluated_before = {r.id for r in archive.candidates(run, "softmax") if r.evaluated}
 
     ts2, _, _, ev2 = search(tmp_path, builtin, run_id=run, archive=archive, generations=3)
-    assert ts2.run() == "done"
+    assert str(ts2.run()) == "done"
     assert archive.last_generation(run, "softmax")[0] == 3
     resumed = {code_hash(s) for s in ev2.sources}
     # the pending children were evaluated on resume, and no evaluated one again
-    assert {r["code_hash"] for r in pending} <= resumed
-    assert not resumed & {archive.candidate(i)["code_hash"] for i in evaluated_before}
+    assert {r.code_hash for r in pending} <= resumed
+    assert not resumed & {archive.candidate(i).code_hash for i in evaluated_before}
     counts = archive.db.execute("select candidate_id, count(*) from evaluations group by candidate_id "
                                 "having count(*) > 1").fetchall()
     assert counts == []
 
 
 def _children(archive, run):
-    return {(i, g): sorted(r["code_hash"] for r in archive.candidates(run, "softmax", i, g))
+    return {(i, g): sorted(r.code_hash for r in archive.candidates(run, "softmax", i, g))
             for i in range(3) for g in range(1, 4)}
 
 
@@ -122,29 +122,29 @@ def test_a_generation_stopped_while_its_children_are_made_resumes_exactly(tmp_pa
     ts, archive, run, _ = search(tmp_path / "broken", builtin, stop=stop, generations=3)
     add = archive.add_candidate
 
-    def add_then_stop(run_id, task, island, gen, *rest):
-        cid = add(run_id, task, island, gen, *rest)
-        if gen == 1:  # the first child of generation 1 is in: stop there
+    def add_then_stop(draft):
+        cid = add(draft)
+        if draft.generation == 1:  # the first child of generation 1 is in: stop there
             stop.set()
         return cid
     archive.add_candidate = add_then_stop
-    assert ts.run() == "stopped"
+    assert str(ts.run()) == "stopped"
     assert [len(archive.candidates(run, "softmax", i, 1)) for i in range(3)] == [1, 0, 0]
     archive.add_candidate = add
     ts2, _, _, _ = search(tmp_path / "broken", builtin, run_id=run, archive=archive, generations=3)
-    assert ts2.run() == "done"
+    assert str(ts2.run()) == "done"
     assert _children(archive, run) == unbroken
 
 
 def test_budget_and_target_stop_a_task(tmp_path, builtin):
     ts, archive, run, ev = search(tmp_path, builtin, budget_evals=12)
-    assert ts.run() == "evaluation budget spent"
+    assert str(ts.run()) == "evaluation budget spent"
     assert archive.evaluation_count(run, "softmax") == 12  # shared out over the islands exactly
     ts, archive, run, _ = search(tmp_path / "b", builtin, budget_evals=10)
     ts.run()
     assert archive.evaluation_count(run, "softmax") == 10
     ts, archive, run, _ = search(tmp_path / "t", builtin, target_speedup=1e-6)
-    assert ts.run() == "target reached"
+    assert str(ts.run()) == "target reached"
 
 
 def test_a_task_whose_reference_fails_here_stops_after_its_starting_kernel(tmp_path, builtin):
@@ -159,9 +159,9 @@ def test_a_task_whose_reference_fails_here_stops_after_its_starting_kernel(tmp_p
     archive = Archive(tmp_path / "a.db")
     run_id = archive.new_run("builtin", {})
     ev = Invalid()
-    ts = TaskSearch(builtin["softmax"], archive, run_id, ev.submit, knob_operators(),
-                    SearchConfig(islands=2, population=3, generations=5), threading.Event())
-    assert ts.run() == "invalid here: the suite's reference fails here: ptxas error"
+    ts = TaskSearch(builtin["softmax"], knob_operators(), SearchConfig(islands=2, population=3, generations=5),
+                    Shared(archive, run_id, ev.submit, threading.Event()))
+    assert str(ts.run()) == "invalid here: the suite's reference fails here: ptxas error"
     assert archive.last_generation(run_id, "softmax") is None and len(ev.sources) == 1
 
 
@@ -190,14 +190,14 @@ def test_a_task_whose_starting_kernel_cannot_be_timed_stops_before_any_child(tmp
     run_id = archive.new_run("builtin", {})
     for attempt in range(2):  # the second: a resume finds the start evaluated and stops alike
         ev = Untimeable()
-        ts = TaskSearch(builtin["softmax"], archive, run_id, ev.submit, knob_operators(),
-                        SearchConfig(islands=2, population=3, generations=5), threading.Event())
-        assert ts.run() == ("invalid here: its starting kernel cannot be timed here: "
+        ts = TaskSearch(builtin["softmax"], knob_operators(), SearchConfig(islands=2, population=3, generations=5),
+                    Shared(archive, run_id, ev.submit, threading.Event()))
+        assert str(ts.run()) == ("invalid here: its starting kernel cannot be timed here: "
                             "timing: torch.AcceleratorError: CUDA error: an illegal memory access was encountered")
         assert len(ev.sources) == (1 if attempt == 0 else 0)
     # running out of GPU memory can be another process's doing: not a reason to give up the task
     archive = Archive(tmp_path / "b.db")
     ev = Untimeable("timing: torch.OutOfMemoryError: CUDA out of memory")
-    ts = TaskSearch(builtin["softmax"], archive, archive.new_run("builtin", {}), ev.submit, knob_operators(),
-                    SearchConfig(islands=2, population=3, generations=1), threading.Event())
-    assert ts.run() == "done" and len(ev.sources) > 1
+    ts = TaskSearch(builtin["softmax"], knob_operators(), SearchConfig(islands=2, population=3, generations=1),
+                    Shared(archive, archive.new_run("builtin", {}), ev.submit, threading.Event()))
+    assert str(ts.run()) == "done" and len(ev.sources) > 1

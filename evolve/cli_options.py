@@ -1,0 +1,150 @@
+"""The command line's options: every command's flags, defaults and help, in one place. run.py
+turns what they parse into checked, frozen configs (`search_configs`) and runs the command."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+COMMANDS = ("search", "check", "validate", "list", "llm-batch", "report")
+
+
+def common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", default="builtin", help="builtin, tritonbench, rocm or kernelbench")
+    p.add_argument("--suite-path", default=None, help="folder holding the suite's data (else $TRITON_EVOLVE_DATA, "
+                   "else a per-user cache filled by download)")
+    p.add_argument("--validation", default=None, metavar="FILE",
+                   help="validate's record of the tasks invalid here (default runs/<suite>-validation.json)")
+
+
+def _eval_opts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="cpu runs kernels under the Triton interpreter, untimed")
+    p.add_argument("--seeds", default="0,1", help="input seeds, comma separated (default 0,1)")
+    p.add_argument("--workers", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),
+                   help="parallel correctness workers (default: half the CPU cores, at most 8)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds for one candidate's correctness run")
+    p.add_argument("--trials", type=int, default=21, help="interleaved timing trials per shape")
+    p.add_argument("--baseline", choices=("reference", "start"), default="reference",
+                   help="time against the PyTorch reference or the task's starting kernel")
+    p.add_argument("--no-sandbox", action="store_true", help="run workers without bubblewrap")
+    p.add_argument("--mem-limit", type=float, default=16.0, metavar="GB",
+                   help="host memory per worker (default 16; KernelBench's largest inputs need more)")
+
+
+def _search_opts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--islands", type=int, default=4, help="islands per task (default 4)")
+    p.add_argument("--population", type=int, default=8, help="individuals per island (default 8)")
+    p.add_argument("--generations", type=int, default=10, help="generations per task (default 10)")
+    p.add_argument("--migration-interval", type=int, default=3,
+                   help="generations between migrations along the ring (default 3)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the search's random seed: the same seed and options give the same run (default 0)")
+    p.add_argument("--archive", default=None, help="SQLite archive (default runs/<suite>.db)")
+    p.add_argument("--export", default=None, metavar="DIR",
+                   help="export folder (default: beside the archive, named after it: runs/x.db -> runs/x-best)")
+    p.add_argument("--operators", default=None, help="knobs, llm or both (default: llm when one is "
+                   "configured, else knobs)")
+    p.add_argument("--budget-evals", type=int, default=None, help="stop a task after this many evaluations")
+    p.add_argument("--time-limit", type=float, default=None, help="stop the run after this many seconds")
+    p.add_argument("--aa-every", type=int, default=25, metavar="N",
+                   help="GPU: after every N evaluations, time a starting kernel against itself (an A/A "
+                   "sentinel: the timing noise under the search's load); 0: none (default 25)")
+    p.add_argument("--target-speedup", type=float, default=None, help="stop a task once this speedup is reached")
+    p.add_argument("--fresh", action="store_true", help="start a new archive even if one exists")
+    _cluster_opts(p)
+    g = p.add_argument_group("LLM operators (any OpenAI-compatible endpoint; the key comes from OPENAI_API_KEY)")
+    g.add_argument("--model", default=None, help="model name; setting one makes --operators llm the default")
+    g.add_argument("--base-url", default=None, help="endpoint, e.g. http://localhost:8000/v1 "
+                   "(default: OPENAI_BASE_URL, else OpenAI's)")
+    g.add_argument("--temperature", default="0.6,1.2", metavar="LO[,HI]",
+                   help="sampling temperatures, spread across the islands (default 0.6,1.2)")
+    g.add_argument("--llm-concurrency", type=int, default=8, help="LLM calls in flight at once (default 8)")
+    g.add_argument("--llm-timeout", type=float, default=300.0, help="seconds for one LLM call (default 300)")
+    g.add_argument("--llm-retries", type=int, default=5, help="retries on 429, 5xx and timeouts (default 5)")
+    g.add_argument("--max-tokens", type=int, default=8192, help="completion tokens per call (default 8192)")
+    g.add_argument("--max-cost", type=float, default=None, help="USD the run may spend on LLM calls, all "
+                   "sessions together; never exceeded (in-flight calls count)")
+    g.add_argument("--max-llm-calls", type=int, default=None, help="LLM calls the run may make, all sessions")
+    g.add_argument("--llm-price", default=None, metavar="IN,OUT",
+                   help="USD per million prompt and completion tokens (overrides the built-in table)")
+    g.add_argument("--max-debug", type=int, default=5,
+                   help="failed repairs of one lineage before it is dropped for a fresh kernel (default 5)")
+    g.add_argument("--knob-rate", type=float, default=0.3,
+                   help="with --operators both: the share of children from knob operators (default 0.3)")
+    g.add_argument("--llm-exchange", default=None, metavar="DIR",
+                   help="no network: write each round's LLM requests to DIR/requests.jsonl (Batch API format) "
+                   "and stop (exit 3); run again once DIR holds the Batch API output .jsonl")
+
+
+def _cluster_opts(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("evaluation on a Dask cluster (needs the [cluster] extra)")
+    g.add_argument("--cluster", default="local", metavar="WHERE",
+                   help="local (default: this process's pools, no Dask), gpus (a unit per GPU of this machine), "
+                   "slurm (dask-jobqueue jobs, one GPU each), or a scheduler's address tcp://HOST:8786")
+    g.add_argument("--cluster-attempts", type=int, default=3, metavar="N",
+                   help="units a candidate may kill before it is failed (default 3)")
+    g.add_argument("--cluster-jobs", type=int, default=1, metavar="N", help="slurm: jobs (GPUs) to submit")
+    g.add_argument("--cluster-partition", default=None, help="slurm: partition")
+    g.add_argument("--cluster-account", default=None, help="slurm: account")
+    g.add_argument("--cluster-walltime", default="04:00:00", help="slurm: each job's time limit (default 04:00:00)")
+    g.add_argument("--cluster-job-cores", type=int, default=16, help="slurm: CPU cores per job (default 16)")
+    g.add_argument("--cluster-job-memory", default="64GB", help="slurm: host memory per job (default 64GB)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="run.py", description="Evolve faster Triton kernels.")
+    parser.add_argument("--version", action="version", version=f"triton-evolve {version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("search", help="the evolutionary search (the default command)")
+    common(p)
+    _eval_opts(p)
+    _filters(p)
+    _search_opts(p)
+    p = sub.add_parser("check", help="evaluate one candidate kernel file; prints a JSON verdict")
+    common(p)
+    _eval_opts(p)
+    p.add_argument("--task", required=True)
+    p.add_argument("kernel", help="path to the candidate's Python file")
+    p = sub.add_parser("validate", help="evaluate every task's starting kernel")
+    common(p)
+    _eval_opts(p)
+    _filters(p)
+    p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    p.add_argument("--no-time", action="store_true", help="check that references run, without timing them")
+    p.add_argument("--pending", action="store_true", help="only the tasks the validation record lacks")
+    p = sub.add_parser("llm-batch", help="send DIR/requests.jsonl through the OpenAI Batch API, wait, and "
+                       "write the answers into DIR")
+    p.add_argument("dir", help="the --llm-exchange folder")
+    p.add_argument("--base-url", default=None, help="default: OPENAI_BASE_URL, else OpenAI's")
+    p.add_argument("--poll", type=float, default=30.0, help="seconds between status checks (default 30)")
+    p = sub.add_parser("list", help="list the tasks of a suite")
+    common(p)
+    _filters(p)
+    p.add_argument("--json", action="store_true", help="print the tasks as JSON, starting kernels included")
+    p = sub.add_parser("report", help="metrics, tables and plots of an archive (finished or still running)")
+    p.add_argument("--archive", required=True, help="the SQLite archive of a search (read-only)")
+    p.add_argument("--out", default="report", help="folder for index.html, summary.md, plots (default report/)")
+    p.add_argument("--json", action="store_true", help="also print the report as JSON on stdout")
+    p.add_argument("--run", type=int, default=None, help="run id in the archive (default: the latest)")
+    p.add_argument("--invalid", default=None, metavar="FILE",
+                   help="JSON of tasks invalid on this hardware (names, or `validate --json` output)")
+    return parser
+
+
+def _filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tasks", default=None, help="comma-separated task names")
+    p.add_argument("--difficulty", default=None, help="comma-separated difficulty levels, e.g. 3,4")
+    p.add_argument("--category", default=None, help="comma-separated categories")
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("triton-evolve")
+    except PackageNotFoundError:  # a checkout that was never installed
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        return tomllib.loads(pyproject.read_text())["project"]["version"]

@@ -1,0 +1,156 @@
+"""One searching command: every task's search side by side over one evaluator, stopped by the
+time limit or Ctrl-C, and the session's throughput recorded in the archive."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from archives.archive import Archive
+from archives.metrics import aa_noise, session_rates
+from evolve.config import RunConfig, SearchConfig
+from evolve.evaluating import SearchEvaluator
+from evolve.progress import Progress
+from evolve.sentinels import Sentinels
+from evolve.task_search import Halt, Shared, TaskEnd, TaskSearch
+from operators.base import WeightedOperator
+from suites.task import Task
+
+MAX_TASK_THREADS = 64
+
+
+class Session:
+    def __init__(self, archive: Archive, run_id: int, tasks: dict[str, Task], evaluator: SearchEvaluator,
+                 run: RunConfig):
+        self.archive, self.run_id, self.tasks, self.evaluator, self.run = archive, run_id, tasks, evaluator, run
+        self.stop = threading.Event()
+        self.progress = Progress(len(tasks))
+        # candidates in flight: every slot of every evaluation unit (fitness.evaluator.slots_per_unit)
+        self.evals = ThreadPoolExecutor(evaluator.parallelism, thread_name_prefix="evaluate")
+        self.sentinels = Sentinels(run.aa_every, archive, run_id, evaluator, self.evals, self.stop)
+        self.ends: dict[str, TaskEnd] = {}
+
+    def submit(self, task: Task, source: str) -> Future:
+        def job() -> Any:
+            if self.stop.is_set():
+                return None  # not started before the stop: stays pending in the archive
+            # after a stop, a candidate still waiting for a worker (or for the timing worker) gives
+            # up and stays pending too: only requests already sent run to their end
+            return self.evaluator.evaluate(task, source, cancel=self.stop.is_set)
+        future = self.evals.submit(job)
+        self.sentinels.after_submit(task)
+        return future
+
+    def search(self, operators: list[WeightedOperator], config: SearchConfig) -> tuple[bool, dict[str, TaskEnd]]:
+        """(interrupted by Ctrl-C, how each task's search ended)."""
+        t0, started = time.monotonic(), time.time()
+        shared = Shared(self.archive, self.run_id, self.submit, self.stop, on_event=self.progress)
+
+        def one(task: Task) -> None:
+            end = TaskSearch(task, operators, config, shared).run()
+            self.ends[task.name] = end
+            self.progress.task_done(task.name, str(end))
+
+        timer = threading.Timer(self.run.time_limit, self.stop.set) if self.run.time_limit else None
+        if timer:
+            timer.daemon = True
+            timer.start()
+        # tasks side by side, not one batch after another: the evaluator's pool bounds the real work,
+        # and under --time-limit a task queued behind others would never start (seen on the H100:
+        # 7 of 15 builtin tasks got no evaluation in 250 s with 8 task threads)
+        runner = ThreadPoolExecutor(min(len(self.tasks), max(MAX_TASK_THREADS, self.evaluator.parallelism)),
+                                    thread_name_prefix="task")
+        futures = [runner.submit(one, t) for t in self.tasks.values()]
+        interrupted = False
+        try:
+            interrupted = _wait(futures, self.stop)
+        finally:
+            self.stop.set()
+            if timer:
+                timer.cancel()
+            for f in futures:
+                if f.done() and f.exception() and not interrupted:
+                    raise f.exception()  # type: ignore[misc]  # (exception() is not None here)
+            runner.shutdown(wait=not interrupted, cancel_futures=True)
+            self.evals.shutdown(wait=not interrupted, cancel_futures=True)
+            wall = time.monotonic() - t0
+        self._record(started, wall, interrupted)
+        return interrupted, self.ends
+
+    def _record(self, started: float, wall: float, interrupted: bool) -> None:
+        ev = self.evaluator
+        aa_speedups = self.archive.sentinel_speedups(self.run_id, since=started)
+        aa = aa_noise(aa_speedups)
+        busy = ev.measuring_s if ev.gpu else None
+        stats = {"started": started, "wall_s": round(wall, 3), "evaluations": self.progress.evals,
+                 "workers": ev.workers, "gpus": ev.gpus,
+                 "units": json.dumps([asdict(u) for u in ev.units(self.progress.evals)]),
+                 "correctness_busy_s": round(ev.correctness_busy_s, 3),
+                 "timing_busy_s": None if busy is None else round(busy, 3),
+                 "status": run_status(interrupted, self.ends), "aa_n": len(aa_speedups),
+                 "aa_median": aa[0] if aa else None, "aa_p90": aa[1] if aa else None}
+        self.archive.add_session(self.run_id, stats)
+        print(session_line(stats), flush=True)
+
+
+def run_status(interrupted: bool, ends: dict[str, TaskEnd]) -> str:
+    """What a command's end leaves the run as; all but "finished" resume. "stopped": the time
+    limit ended it with tasks unfinished."""
+    if interrupted:
+        return "interrupted"
+    halts = {e.halt for e in ends.values()}
+    return "waiting" if Halt.WAITING in halts else "stopped" if Halt.STOPPED in halts else "finished"
+
+
+def _wait(futures: list[Future], stop: threading.Event) -> bool:
+    """Waits for the tasks' searches; True when Ctrl-C stopped them (a second Ctrl-C quits now)."""
+    try:
+        while not all(f.done() for f in futures):
+            time.sleep(0.2)
+        return False
+    except KeyboardInterrupt:
+        stop.set()
+        print("stopping: the evaluations in flight finish and are recorded (Ctrl-C again to quit now)", flush=True)
+        try:
+            while not all(f.done() for f in futures):
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+        return True
+
+
+def session_line(s: dict[str, Any]) -> str:
+    r = session_rates(s["evaluations"], s["wall_s"], s["workers"], s["correctness_busy_s"], s["timing_busy_s"],
+                      s.get("gpus") or 1)
+    line = f"{s['evaluations']} evaluations in {s['wall_s']:.0f} s = {r['per_min']:.1f}/min"
+    if r["timing_busy"] is not None:
+        gpus = s.get("gpus") or 1
+        line += (f"; GPU measuring turn held {100 * r['timing_busy']:.0f}% of the wall time"
+                 + (f" (mean of {gpus} GPUs)" if gpus > 1 else ""))
+    # which side bounds the throughput: near 100% here and low above means compile and
+    # correctness starve the measuring turn
+    line += f"; correctness workers busy {100 * r['correctness_busy']:.0f}%"
+    if s.get("aa_n"):
+        line += (f"; A/A sentinels: {s['aa_n']}, median |A/A - 1| {100 * s['aa_median']:.2f}%, "
+                 f"p90 {100 * s['aa_p90']:.2f}%")
+    return line
+
+
+def print_summary(summary: dict[str, Any], export_dir: Path) -> None:
+    def num(x: float | None) -> str:
+        return f"{x:.3f}" if x else "-"
+    print(f"\n{'task':28} {'status':18} {'speedup':>8} {'search':>8} {'vs start':>8} {'evals':>6}")
+    for e in summary["tasks"]:
+        print(f"{e['task']:28} {e['status']:18} {num(e.get('speedup')):>8} {num(e.get('search_speedup')):>8} "
+              f"{num(e.get('vs_start')):>8} {e['evaluations']:>6}"
+              + (f"  ({e['note']})" if e.get("note") else ""))
+    line = f"exported {summary['exported']}/{len(summary['tasks'])} to {export_dir}"
+    if summary["geomean_speedup"]:
+        line += f"; geometric-mean speedup {summary['geomean_speedup']:.3f}"
+    if summary["geomean_vs_start"]:
+        line += f", {summary['geomean_vs_start']:.3f} over the starting kernels"
+    print(line)
