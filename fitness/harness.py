@@ -21,6 +21,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fitness.trace import FREE_OPS
 from suites.task import to_device  # noqa: F401 - the workers' copy onto the device
 
+# Triton's launcher takes, before the kernel's own arguments: the grid (3), the stream, the
+# function, the packed metadata, the launch metadata, and the enter and exit hooks
+LAUNCHER_LEADING = 9
+
 
 class CandidateError(Exception):
     """A check failed; the message is the verdict's reason."""
@@ -99,10 +103,12 @@ class LaunchHook:
         def run(kernel):
             launcher = prop.fget(kernel)
 
-            def recorded(g0, g1, g2, stream, function, packed, meta, enter, exit_, *args):
+            # the launcher's arguments passed through as one tuple (the hot launch path: one
+            # splat, no names bound); the grid leads, the kernel's own arguments come last
+            def recorded(*launch):
                 if hook.recorder is not None:
-                    hook.recorder.launch_compiled(kernel, (g0, g1, g2), args)
-                return launcher(g0, g1, g2, stream, function, packed, meta, enter, exit_, *args)
+                    hook.recorder.launch_compiled(kernel, launch[:3], launch[LAUNCHER_LEADING:])
+                return launcher(*launch)
             return recorded
 
         CompiledKernel.run = property(run)
