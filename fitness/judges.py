@@ -123,5 +123,8 @@ class ScriptJudge:
         return compare_tree(candidate, baseline, self.task.tolerance, slack=4.0, path="output")
 
 
-def judge_for(ev: Evaluator, task: Task) -> FunctionJudge | ScriptJudge:
+Judge = FunctionJudge | ScriptJudge  # what an evaluator asks of a task's kind
+
+
+def judge_for(ev: Evaluator, task: Task) -> Judge:
     return ScriptJudge(ev, task) if task.script is not None else FunctionJudge(ev, task)
