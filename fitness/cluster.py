@@ -97,6 +97,7 @@ def evaluate_here(config: EvalConfig, suite: str, name: str, source: str, timed:
         raise LookupError(f"unit {_unit_name()} has no task {name!r} in suite {suite!r} "
                           f"(its suite data: {config.suite_path or os.environ.get('TRITON_EVOLVE_DATA')})")
     v = ev.evaluate(tasks[name], source, timed, aa=aa)
+    assert v is not None, "an evaluation is None only when cancelled, and this one has no cancel"
     v.unit = _unit_name()
     return v, _stats(config, ev)
 
@@ -265,7 +266,7 @@ def _quiet(attempts: int | None = None):
     `attempts` workers."""
     import dask
 
-    settings = {"logging.distributed": "warning"}
+    settings: dict[str, object] = {"logging.distributed": "warning"}
     if attempts is not None:
         settings["distributed.scheduler.allowed-failures"] = max(0, attempts - 1)
     dask.config.set(settings)
@@ -351,7 +352,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     if not gpus and args.cpu_units < 1:
         p.error("no visible CUDA device: name --gpus, or ask for --cpu-units N")
     slots = slots_per_unit(args.workers)
-    pins = [str(g) for g in gpus] or [None] * args.cpu_units
+    pins: list[str | None] = [str(g) for g in gpus] or [None] * args.cpu_units
     _quiet()
     try:
         asyncio.run(_serve(args.scheduler, [unit_options(slots, g, args.host) for g in pins]))

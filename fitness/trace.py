@@ -142,7 +142,7 @@ class Recorder(TorchDispatchMode):
         if key not in self.kernels:
             self.kernels[key] = describe_compiled(kernel)
         signature = list(self.kernels[key]["signature"].values())
-        enc = []
+        enc: list = []
         for i, a in enumerate(args):
             kind = signature[i] if i < len(signature) else ""
             if kind == "constexpr":
@@ -350,8 +350,8 @@ def _load_compiled(desc: dict):
     paths = {f: os.path.join(folder, f) for f in (f"{name}.json", f"{name}.{ext}")}
     with open(paths[f"{name}.json"], "w") as f:
         f.write(desc["metadata"])
-    with open(paths[f"{name}.{ext}"], "wb") as f:
-        f.write(bytes(desc["binary"].numpy().tobytes()))
+    with open(paths[f"{name}.{ext}"], "wb") as fb:
+        fb.write(bytes(desc["binary"].numpy().tobytes()))
     constants = {}
     for k, v in desc["constants"].items():
         key = json.loads(k)
