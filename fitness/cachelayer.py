@@ -20,20 +20,20 @@ SHARED_ENV = "TE_SHARED_TRITON_CACHE"
 
 
 class ReadThroughCache(FileCacheManager):
-    def __init__(self, key, override=False, dump=False):
+    def __init__(self, key: str, override: bool = False, dump: bool = False):
         super().__init__(key, override, dump)
         shared = os.environ.get(SHARED_ENV, "")
         self.shared_dir = os.path.join(shared, key) if shared and not (override or dump) else ""
         self._writing = False
 
-    def _make_path(self, filename) -> str:
+    def _make_path(self, filename: str) -> str:
         mine = super()._make_path(filename)
         if self._writing or not self.shared_dir or os.path.exists(mine):
             return mine
         theirs = os.path.join(self.shared_dir, filename)
         return theirs if os.path.exists(theirs) else mine
 
-    def put(self, data, filename, binary=True) -> str:
+    def put(self, data: str | bytes, filename: str, binary: bool = True) -> str:
         self._writing = True  # always into the private folder: the shared one is read-only here
         try:
             return super().put(data, filename, binary)

@@ -12,16 +12,18 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import resource
 import sys
 import tempfile
 import time
-import traceback
-from collections import OrderedDict
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import torch
 
 from fitness import protocol
+from fitness.child_failures import is_compile_error, is_cuda_fault, run_cases, trim_trace
+from fitness.child_timing import PreparedSides, peaks
 from fitness.harness import (
     CandidateError,
     LaunchHook,
@@ -35,44 +37,40 @@ from fitness.harness import (
     storage_copy,
     to_device,
 )
+from fitness.isolation import cap_address_space, outer_pid
 from fitness.timing import TimedSide
 from fitness.trace import Recorder, Replayer, ReplayError
 from suites.script import ZeroedEmpty, for_here, tensors_of, to_wire
+from suites.task import Task
 
 # torch work a candidate may do outside its kernels, as a share of its outputs (elements read or
 # written by compute ops: a row reduction such as logsumexp writes few elements but reads all)
 TORCH_WORK_SHARE = 0.01
-TRACE_CHARS = 4000
-# GPU memory a timing child keeps in prepared shapes (input sets up to 2 GiB each, fitness.timing),
-# as a share of the device's: the baseline child keeps every shape of a search's epoch. H100
-# builtin at a fixed 12 GiB: its sides were dropped and prepared again inside the turn (0.2 s of
-# the 0.7 s each candidate held it)
-KEEP_SIDES_SHARE = 0.3
-
-
-def _trim_trace(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception(exc))
-    return text if len(text) <= TRACE_CHARS else "...\n" + text[-TRACE_CHARS:]
 
 
 class Child:
+    """One conversation's process: it answers the engine's requests (OPS) one at a time."""
+
     def __init__(self, hook: LaunchHook, snapshot: Snapshot):
         self.interpret = os.environ.get("TRITON_INTERPRET") == "1"
         self.device = os.environ.get("TE_DEVICE", "cpu")
         self.tmp = tempfile.mkdtemp(prefix="te-cand-")
         self.hook, self.snapshot = hook, snapshot
-        self.tasks: dict[tuple, object] = {}
-        self.module = None
+        self.tasks: dict[tuple, Task] = {}
+        self.module: ModuleType | None = None
         self.warmed: set = set()
-        self.side: TimedSide | None = None  # the shape being measured
-        # shapes prepared for a later turn, by slot; the baseline child keeps its sides across
-        # candidates (one per shape and epoch of draws), the least recently used dropped past a budget
-        self.sides: OrderedDict[str, TimedSide] = OrderedDict()
+        self.timing = PreparedSides()  # timed shapes, prepared before the measuring turn
         self.phase_ms: dict[str, float] = {}
         self.started = False
         self.cases_run = 0
+        # what answers each request (its "op")
+        self.ops: dict[str, Callable[[dict], dict]] = {
+            "import": self.import_candidate, "case": self.case, "script": self.script, "replay": self.replay,
+            "warm": self.warm, "peaks": self.peaks, "time_prepare": self.time_prepare,
+            "time_open": self.timing.open, "time_sets": self.timing.sets, "trial": self.timing.trial,
+            "time_check": self.timing.check}
 
-    def start_device(self):
+    def start_device(self) -> None:
         """CUDA starts here, in the child: the zygote never touches it (a forked CUDA context is unusable)."""
         if self.started:
             return
@@ -86,12 +84,10 @@ class Child:
         self._tick("device_start", t0)
         limit = int(os.environ.get("TE_MEM_LIMIT_BYTES", "0"))
         if limit and self.device == "cpu":
-            # address-space cap: breaks CUDA, so only on CPU; the engine watches RSS too
-            _, hard = resource.getrlimit(resource.RLIMIT_AS)
-            resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + limit, hard))
+            cap_address_space(limit)  # breaks CUDA, so only on CPU; the engine watches RSS too
 
     # -- loading -------------------------------------------------------------------------
-    def task(self, spec: dict):
+    def task(self, spec: dict) -> Task:
         key = (spec["suite"], spec["name"], spec.get("path"))
         if key not in self.tasks:
             from suites.registry import load_task
@@ -99,7 +95,7 @@ class Child:
             self.tasks[key] = load_task(spec["suite"], spec["name"], spec.get("path"))
         return self.tasks[key]
 
-    def load(self, source: str, role: str = "candidate"):
+    def load(self, source: str, role: str = "candidate") -> ModuleType:
         name = f"{role}_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
         if name in sys.modules:  # the baseline child's suite code, once: its compiles and autotuning kept
             return sys.modules[name]
@@ -107,12 +103,14 @@ class Child:
         with open(path, "w") as f:
             f.write(source)
         spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"no loader for {path}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
         return module
 
-    def _import(self, source: str, role: str = "candidate") -> tuple[object, dict | None]:
+    def _import(self, source: str, role: str = "candidate") -> tuple[ModuleType | None, dict | None]:
         """(module, None), or (None, the failed reply) when importing it failed or tampered."""
         t0 = time.perf_counter()
         try:
@@ -122,11 +120,11 @@ class Child:
         except CandidateError as e:
             return None, {"stage": "parse", "error": str(e)}
         except BaseException as e:  # noqa: BLE001 - any failure to import is the candidate's
-            return None, {"stage": "parse", "error": "import failed:\n" + _trim_trace(e)}
+            return None, {"stage": "parse", "error": "import failed:\n" + trim_trace(e)}
         finally:
             self._tick("import", t0)
 
-    def _check_tamper(self):
+    def _check_tamper(self) -> None:
         what = self.snapshot.changed()
         if what:
             raise CandidateError(f"candidate modified the runtime: {what} was replaced")
@@ -136,13 +134,14 @@ class Child:
         task = self.task(req["task"])
         self.start_device()
         source = for_here(req["source"]) if task.script is not None else req["source"]
-        self.module, failed = self._import(source)
-        if failed:
-            return failed
+        module, failed = self._import(source)
+        self.module = module
+        if module is None:
+            return failed or {}
         for name in (e.strip() for e in task.entry.split(",")):
-            if not hasattr(self.module, name):
+            if not hasattr(module, name):
                 return {"stage": "parse", "error": f"module defines no {name!r}"}
-        if task.script is None and not callable(getattr(self.module, task.entry)):
+        if task.script is None and not callable(getattr(module, task.entry)):
             return {"stage": "parse", "error": f"module defines no callable {task.entry!r}"}
         return {"stage": "call"}
 
@@ -151,6 +150,8 @@ class Child:
         case = req["case"]
         t0 = time.perf_counter()
         try:
+            if self.module is None:
+                raise CandidateError("no candidate was imported in this child")
             if task.script is not None:
                 return self.run_script_case(task, self.module, task.entry, case, False)
             return self.run_case(task, self.module, getattr(self.module, task.entry), case)
@@ -159,7 +160,7 @@ class Child:
             self._tick("other_cases" if self.cases_run else "first_case", t0)
             self.cases_run += 1
 
-    def run_case(self, task, module, fn, case) -> dict:
+    def run_case(self, task: Task, module: ModuleType, fn: Callable[..., Any], case: dict) -> dict:
         t0 = time.perf_counter()
         args = tuple(to_device(a, self.device) for a in draw_inputs(task, case, case["seed"], self.device))
         saved = [storage_copy(a) if isinstance(a, torch.Tensor) else None for a in args]
@@ -187,7 +188,8 @@ class Child:
         finally:
             poison(outs, args, saved)
 
-    def _check_call(self, module, args, saved, outs, threads, launches_before, meter):
+    def _check_call(self, module: ModuleType, args: tuple, saved: list, outs: list, threads: int,
+                    launches_before: int, meter: TorchWorkMeter) -> None:
         """Early filters for honest mistakes (the candidate can defeat any of them; the replay
         and the engine's comparison are what decide)."""
         self._check_tamper()
@@ -216,22 +218,22 @@ class Child:
         runner = task.script
         self.start_device()
         module, failed = self._import(for_here(runner.reference_source), "reference")
-        if failed:
-            return failed
+        if module is None:
+            return failed or {}
         entry = runner.reference_entry
         if not hasattr(module, entry):
             return {"stage": "parse", "error": f"module defines no {entry!r}"}
-        reply = _run_cases(req["cases"], lambda case: self.run_script_case(task, module, entry, case, True),
-                           self._tick)
+        reply = run_cases(req["cases"], lambda case: self.run_script_case(task, module, entry, case, True),
+                          self._tick)
         if "error" not in reply and req.get("count"):
             try:
                 reply["perf_count"] = runner.perf_count
                 reply["perf_bytes"] = runner.perf_bytes()
             except BaseException as e:  # noqa: BLE001
-                reply["perf_error"] = _trim_trace(e)
+                reply["perf_error"] = trim_trace(e)
         return reply
 
-    def run_script_case(self, task, module, entry, case, reference: bool) -> dict:
+    def run_script_case(self, task: Task, module: ModuleType, entry: str, case: dict, reference: bool) -> dict:
         args = None
         if case["kind"] == "test":
             def call():
@@ -257,7 +259,7 @@ class Child:
         self.hook.recorder = recorder
         try:
             with meter, ZeroedEmpty():
-                if recorder is not None:
+                if recorder is not None and args is not None:  # recorded: the bound call on `args`
                     with recorder:
                         tree = fn(*args)
                 else:
@@ -307,7 +309,7 @@ class Child:
             except ReplayError as e:
                 results.append({"error": f"replay: {e}"})
             except BaseException as e:  # noqa: BLE001 - a recorded kernel that faults is the candidate's
-                results.append({"error": "replay: " + _trim_trace(e), "fatal": _is_cuda_fault(e)})
+                results.append({"error": "replay: " + trim_trace(e), "fatal": is_cuda_fault(e)})
             self._tick("replay_to_host", t0)
         return {"results": results}
 
@@ -325,52 +327,20 @@ class Child:
         self.start_device()
         case = req["case"]
         draws = [tuple(to_device(a, "cuda") for a in draw_inputs(task, case, s, "cuda")) for s in req["seeds"]]
+        cost: Callable[[], list] | None = None
         if req.get("trace") is not None:
             replayer = Replayer(req["trace"], "cuda")
 
-            def fn(*args):
+            def fn(*args: Any) -> Any:
                 return replayer.run(args)
         else:
             fn = self._baseline(task, req.get("baseline_source"))
-        side = TimedSide(fn, draws)
-        reply = side.calibrate()  # warm-up (launcher, module load) and the time of one call
-        if req.get("trace") is None:  # the cost model is suite code: the clean side runs it
-            reply["cost"] = list(task.cost(case["shape"], case["dtype"]))
-        side.cal = reply
-        self.sides[str(req["slot"])] = side
-        self._trim(str(req["slot"]))
-        return reply
 
-    def _trim(self, keep: str):
-        """Least recently used sides dropped (never `keep`) until the kept ones fit the budget."""
-        total = sum(s.nbytes() for s in self.sides.values())
-        budget = KEEP_SIDES_SHARE * torch.cuda.get_device_properties(0).total_memory
-        for slot in [k for k in self.sides if k != keep]:
-            if total <= budget:
-                break
-            total -= self.sides.pop(slot).nbytes()
+            def cost() -> list:  # the cost model is suite code: the clean side runs it
+                return list(task.cost(case["shape"], case["dtype"]))
+        return self.timing.prepare(str(req["slot"]), TimedSide(fn, draws), cost)
 
-    def time_open(self, req: dict) -> dict:
-        """The measuring turn begins on a prepared slot: what it holds, or that it is gone."""
-        slot = str(req["slot"])
-        if slot not in self.sides:
-            return {"missing": True}
-        self.sides.move_to_end(slot)
-        self.side = self.sides[slot]
-        return {"cal": self.side.cal, "method": self.side.method, "n_sets": len(self.side.sets)}
-
-    def peaks(self, req: dict) -> dict:
-        """Measured ceilings: device-to-device copy bandwidth and bf16 matmul rate."""
-        self.start_device()
-        n = 1 << 28  # 1 GiB of float32
-        src = torch.randn(n, device="cuda")
-        dst = torch.empty_like(src)
-        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-        t_copy, t_mm = _median_ms(lambda: dst.copy_(src)), _median_ms(lambda: a @ a)
-        return {"bandwidth_Bps": 2 * n * 4 / (t_copy * 1e-3), "flops": 2 * 8192 ** 3 / (t_mm * 1e-3),
-                "l2_bytes": torch.cuda.get_device_properties(0).L2_cache_size, "device": torch.cuda.get_device_name()}
-
-    def _baseline(self, task, baseline_source: str | None):
+    def _baseline(self, task: Task, baseline_source: str | None) -> Callable[..., Any]:
         if task.script is not None:
             module = self.load(task.script.reference_source, "reference")
             return task.script.bind(module, task.script.reference_entry)
@@ -378,44 +348,27 @@ class Child:
             return getattr(self.load(baseline_source, "baseline"), task.entry)
         return task.reference
 
-    def time_sets(self, req: dict) -> dict:
-        """The input sets and (graph) the captured region of a prepared slot."""
-        method = self.sides[str(req["slot"])].prepare(int(req["n_sets"]), bool(req.get("graph", True)))
-        self._trim(str(req["slot"]))
-        return {"method": method}
-
-    def trial(self, req: dict) -> dict:
-        """`reps` timed regions back to back (draws k, k+1, ...): one round trip for several."""
-        k, passes = int(req["k"]), int(req.get("passes", 1))
-        return {"ms": [self.side.trial(k + j, passes) for j in range(max(1, int(req.get("reps", 1))))]}
-
-    def time_check(self, req: dict) -> dict:
-        """Outputs of the picked sets on the third draw; `drop`: the slot is done with."""
-        slot = str(req["slot"])
-        outs = self.sides[slot].check([int(i) for i in req["picks"]])
-        if req.get("drop", True):
-            del self.sides[slot]
-        return {"outputs": [to_wire(o) for o in outs]}
+    def peaks(self, req: dict) -> dict:
+        """Measured ceilings: device-to-device copy bandwidth and bf16 matmul rate."""
+        self.start_device()
+        return peaks()
 
     # -------------------------------------------------------------------------------------
-    OPS = {"import": "import_candidate", "case": "case", "script": "script", "replay": "replay",
-           "time_prepare": "time_prepare", "time_open": "time_open", "time_sets": "time_sets", "trial": "trial",
-           "time_check": "time_check", "peaks": "peaks", "warm": "warm"}
-
     def handle(self, req: dict) -> dict:
-        method = self.OPS.get(req.get("op"))
-        if method is None:
+        op = req.get("op")
+        answer = self.ops.get(op) if isinstance(op, str) else None
+        if answer is None:
             return {"error": f"unknown op {req.get('op')!r}"}
         try:
-            return getattr(self, method)(req)
+            return answer(req)
         except CandidateError as e:
             return {"stage": "compile", "error": str(e)}
         except BaseException as e:  # noqa: BLE001 - anything the candidate raises is its failure
-            stage = "parse" if _is_compile_error(e) else "compile"
-            return {"stage": stage, "error": _trim_trace(e), "fatal": _is_cuda_fault(e)}
+            stage = "parse" if is_compile_error(e) else "compile"
+            return {"stage": stage, "error": trim_trace(e), "fatal": is_cuda_fault(e)}
 
-    def serve(self, fd: int, how: str):
-        protocol.send(fd, {"op": "ready", "pid": _outer_pid(), "device": self.device_name(), "how": how})
+    def serve(self, fd: int, how: str) -> None:
+        protocol.send(fd, {"op": "ready", "pid": outer_pid(), "device": self.device_name(), "how": how})
         while True:
             try:
                 req = protocol.recv(fd)
@@ -438,62 +391,3 @@ class Child:
         if self.device == "cuda":
             return torch.cuda.get_device_name()
         return "cpu (Triton interpreter)" if self.interpret else "cpu"
-
-
-def _median_ms(fn, reps: int = 10) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
-
-
-def _outer_pid() -> int:
-    """This process's pid as the engine sees it (in a PID namespace of its own it is 1 here)."""
-    try:
-        return int(os.readlink("/proc/self"))
-    except (OSError, ValueError):
-        return os.getpid()
-
-
-def _run_cases(cases: list[dict], run, tick) -> dict:
-    """Each case's result until one fails; the reply says which, at which stage, and why.
-    `tick(phase, t0)`: the first case's time (Triton compiles on the first launch) apart."""
-    results = []
-    for i, case in enumerate(cases):
-        t0 = time.perf_counter()
-        try:
-            results.append(run(case))
-        except CandidateError as e:
-            return {"stage": "compile", "error": str(e), "results": results, "case": case}
-        except BaseException as e:  # noqa: BLE001 - anything the candidate raises is its failure
-            stage = "parse" if _is_compile_error(e) and not results else "compile"
-            return {"stage": stage, "error": _trim_trace(e), "results": results, "case": case,
-                    "fatal": _is_cuda_fault(e)}
-        finally:
-            tick("first_case" if i == 0 else "other_cases", t0)
-    return {"stage": "call", "results": results}
-
-
-def _is_compile_error(e: BaseException) -> bool:
-    return type(e).__module__.startswith("triton.compiler") or "CompilationError" in type(e).__name__
-
-
-def _is_cuda_fault(e: BaseException) -> bool:
-    text = str(e)
-    return any(s in text for s in ("illegal memory access", "CUDA error", "misaligned address",
-                                   "unspecified launch failure", "device-side assert", "CUDA out of memory"))
-
-
-def _vm_size() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0

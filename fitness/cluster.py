@@ -21,12 +21,19 @@ import math
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from fitness.evaluator import EvalConfig, Evaluator, slots_per_unit
+from fitness.pool import CancelCheck
 from fitness.verdict import UnitStats, Verdict
 from suites.task import Task
+
+if TYPE_CHECKING:
+    from dask_jobqueue import SLURMCluster
+    from distributed import Client, SpecCluster
 
 RESOURCE = "GPU"  # what a unit offers one of; every evaluation asks for a share of it
 CONNECT_TIMEOUT_S = 120.0  # a cluster with no unit after this long is an error, not a wait
@@ -97,6 +104,7 @@ def evaluate_here(config: EvalConfig, suite: str, name: str, source: str, timed:
         raise LookupError(f"unit {_unit_name()} has no task {name!r} in suite {suite!r} "
                           f"(its suite data: {config.suite_path or os.environ.get('TRITON_EVOLVE_DATA')})")
     v = ev.evaluate(tasks[name], source, timed, aa=aa)
+    assert v is not None, "an evaluation is None only when cancelled, and this one has no cancel"
     v.unit = _unit_name()
     return v, _stats(config, ev)
 
@@ -113,13 +121,14 @@ class ClusterEvaluator:
     `unit_fn` and `probe_fn` run in the units; a stand-in pair (bench/cluster_scale.py) measures
     the engine's side alone."""
 
-    def __init__(self, config: EvalConfig, cluster: ClusterConfig, client=None,
-                 unit_fn=evaluate_here, probe_fn=probe):
+    def __init__(self, config: EvalConfig, cluster: ClusterConfig, client: Client | None = None,
+                 unit_fn: Callable[..., tuple[Verdict, UnitStats]] = evaluate_here,
+                 probe_fn: Callable[[EvalConfig], UnitStats] = probe):
         self.config, self.cluster = config, cluster
         self.slots = slots_per_unit(config.workers)
         self._share = share(self.slots)
         self._unit_fn = unit_fn
-        self._owned = None
+        self._owned: SpecCluster | None = None
         self.client = client if client is not None else self._connect()
         self._stats: dict[str, UnitStats] = {}  # each unit's totals, as its last reply left them
         self._base: dict[str, UnitStats] = {}  # ... and as the probe found them (a cluster may be older)
@@ -138,7 +147,7 @@ class ClusterEvaluator:
                                "verdicts would mix (start workers only on GPU nodes)")
         self.expected_units = max(len(units), cluster.jobs if cluster.where == "slurm" else 0)
 
-    def _connect(self):
+    def _connect(self) -> Client:
         from distributed import Client
 
         self._owned = start_cluster(self.cluster, self.slots)
@@ -158,7 +167,7 @@ class ClusterEvaluator:
         except Exception:  # a scheduler that refuses run_on_scheduler: Dask's default
             return self.cluster.attempts
 
-    def _probe(self, probe_fn) -> list[UnitStats]:
+    def _probe(self, probe_fn: Callable[[EvalConfig], UnitStats]) -> list[UnitStats]:
         """Every unit now in the cluster started (its pools forked) and asked what it runs on."""
         wait = None if self.cluster.where == "slurm" else CONNECT_TIMEOUT_S  # queued jobs start when they start
         try:
@@ -183,7 +192,7 @@ class ClusterEvaluator:
         """Evaluations the engine keeps in flight: every slot of every unit expected."""
         return self.slots * max(1, self.expected_units)
 
-    def evaluate(self, task: Task, source: str | bytes, timed: bool = True, cancel=None,
+    def evaluate(self, task: Task, source: str | bytes, timed: bool = True, cancel: CancelCheck | None = None,
                  aa: bool = False) -> Verdict | None:
         """The verdict from whichever unit ran it; None when `cancel()` was true before it was
         sent. A stop lets evaluations already sent finish, as a local run does."""
@@ -236,15 +245,15 @@ class ClusterEvaluator:
     def gpus(self) -> int:
         return sum(s.gpu for s in self.units())
 
-    def close(self):
+    def close(self) -> None:
         self.client.close()
         if self._owned is not None:
             self._owned.close()
 
-    def __enter__(self):
+    def __enter__(self) -> ClusterEvaluator:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -254,18 +263,18 @@ def killed_verdict(task: str, attempts: int) -> Verdict:
                           f"another: failed after {attempts} attempts")
 
 
-def _allowed_failures(dask_scheduler=None) -> int:
+def _allowed_failures(dask_scheduler: Any = None) -> int:
     return dask_scheduler.allowed_failures
 
 
 # -- clusters started here ---------------------------------------------------------------------
-def _quiet(attempts: int | None = None):
+def _quiet(attempts: int | None = None) -> None:
     """Dask's settings for clusters started or joined here: INFO lines about workers coming and
     going stay off the terminal; a scheduler started here fails a task after it killed
     `attempts` workers."""
     import dask
 
-    settings = {"logging.distributed": "warning"}
+    settings: dict[str, object] = {"logging.distributed": "warning"}
     if attempts is not None:
         settings["distributed.scheduler.allowed-failures"] = max(0, attempts - 1)
     dask.config.set(settings)
@@ -296,7 +305,7 @@ def unit_options(slots: int, gpu: str | None, host: str | None = None) -> dict:
     return options
 
 
-def start_cluster(cluster: ClusterConfig, slots: int):
+def start_cluster(cluster: ClusterConfig, slots: int) -> SpecCluster | None:
     """The cluster to start for `cluster.where` (None: connect to the given address)."""
     _quiet(cluster.attempts if cluster.where in ("gpus", "slurm") else None)
     if cluster.where == "gpus":
@@ -308,7 +317,7 @@ def start_cluster(cluster: ClusterConfig, slots: int):
     return None
 
 
-def gpu_cluster(gpus: list, slots: int):
+def gpu_cluster(gpus: list, slots: int) -> SpecCluster:
     from distributed import Nanny, Scheduler, SpecCluster
 
     if not gpus:
@@ -318,7 +327,7 @@ def gpu_cluster(gpus: list, slots: int):
         "host": "127.0.0.1", "dashboard_address": None}}, silence_logs=logging.WARNING)
 
 
-def slurm_cluster(cluster: ClusterConfig, slots: int):
+def slurm_cluster(cluster: ClusterConfig, slots: int) -> SLURMCluster:
     """dask-jobqueue's SLURM cluster: one job per GPU, each a unit (SLURM sets its
     CUDA_VISIBLE_DEVICES), started with the unit's resource and threads."""
     try:
@@ -351,7 +360,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     if not gpus and args.cpu_units < 1:
         p.error("no visible CUDA device: name --gpus, or ask for --cpu-units N")
     slots = slots_per_unit(args.workers)
-    pins = [str(g) for g in gpus] or [None] * args.cpu_units
+    pins: list[str | None] = [str(g) for g in gpus] or [None] * args.cpu_units
     _quiet()
     try:
         asyncio.run(_serve(args.scheduler, [unit_options(slots, g, args.host) for g in pins]))
@@ -360,7 +369,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-async def _serve(scheduler: str, options: list[dict]):
+async def _serve(scheduler: str, options: list[dict]) -> None:
     from distributed import Nanny
 
     nannies = [Nanny(scheduler, **o) for o in options]

@@ -5,14 +5,16 @@ the output's dtype and shape must be what the reference gives for the task's inp
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
-def as_list(x) -> list:
+def as_list(x: object) -> list:
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def on_device(tree, device):
+def on_device(tree: Any, device: str | torch.device) -> Any:
     """The same tree of dicts, lists and tuples with every tensor copied to `device`."""
     if isinstance(tree, torch.Tensor):
         return tree.to(device)
@@ -28,7 +30,8 @@ def dtype_name(t: torch.Tensor | torch.dtype) -> str:
     return str(d).removeprefix("torch.")
 
 
-def compare_outputs(outs, refs, tolerance: dict, expected=None, slack: float = 1.0, scaled: bool = False) -> str:
+def compare_outputs(outs: Any, refs: Any, tolerance: dict, expected: list[tuple[str, tuple]] | None = None,
+                    slack: float = 1.0, scaled: bool = False) -> str:
     """'' when every output matches, else a one-line description of the first mismatch.
 
     `expected`: [(dtype name, shape)] the outputs must have; defaults to the refs' own.
@@ -112,7 +115,7 @@ def _mismatch(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float, nan_eq
             f"worst at {idx}: got {o.flatten()[worst].item():.6g}, expected {r.flatten()[worst].item():.6g}")
 
 
-def compare_tree(out, ref, tolerance: dict, slack: float = 1.0, path: str = "result") -> str:
+def compare_tree(out: Any, ref: Any, tolerance: dict, slack: float = 1.0, path: str = "result") -> str:
     """Like compare_outputs for whatever a test script returns: dicts, lists and tuples are walked
     to every leaf (none is skipped), tensors compared element-wise with a magnitude-scaled atol,
     numbers within the float32 tolerance, anything else by equality."""
@@ -149,12 +152,12 @@ def compare_tree(out, ref, tolerance: dict, slack: float = 1.0, path: str = "res
     return ""
 
 
-def _describe(x) -> str:
+def _describe(x: object) -> str:
     text = repr(x) if not isinstance(x, torch.Tensor) else f"a tensor of shape {tuple(x.shape)}"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def is_weak(tree) -> bool:
+def is_weak(tree: Any) -> bool:
     """True when no leaf is a tensor of more than one element: only shapes, flags or scalars,
     which a wrong kernel can reproduce."""
     if isinstance(tree, torch.Tensor):
@@ -166,7 +169,7 @@ def is_weak(tree) -> bool:
     return True
 
 
-def count_elements(tree) -> int:
+def count_elements(tree: Any) -> int:
     if isinstance(tree, torch.Tensor):
         return tree.numel()
     if isinstance(tree, dict):

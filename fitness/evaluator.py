@@ -21,15 +21,18 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from fitness.compare import compare_outputs, on_device
-from fitness.judges import fresh_seed, judge_for
+from fitness.correctness import run_correctness
+from fitness.judges import Judge, fresh_seed, judge_for
 from fitness.measuring import MeasuringTurn
-from fitness.pool import Cancelled, WorkerFailure, WorkerPool
+from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
 from fitness.reference import ReferenceCache
 from fitness.sandbox import detect
 from fitness.script_eval import ScriptReferences
@@ -44,16 +47,6 @@ TIMING_CHILDREN = 3
 # per pool at least, else a third of its slots; each holds a CUDA context (~0.5 GiB of GPU memory)
 SPARE_CHILDREN = 2
 TORCH_WORK_SHARE = 0.01  # torch work (elements read or written) allowed beside the kernels, as a share of outputs
-
-
-def _trace_key(case: dict) -> tuple:
-    """One trace per (split, shape, dtype): the last seed's call (autotuning and compiles done)."""
-    return case["split"], repr(sorted(case["shape"].items())), case["dtype"]
-
-
-def _add_phases(total: dict, more: dict | None):
-    for k, ms in (more or {}).items():
-        total[k] = round(total.get(k, 0.0) + ms, 2)
 
 
 def slots_per_unit(workers: int) -> int:
@@ -103,43 +96,46 @@ class Evaluator:
         # one measuring turn per GPU (the baseline lock): the replay children and the baseline child take
         # turns in it, while the next candidates' replay children get ready beside it
         n_clean = max(TIMING_CHILDREN, config.workers)
-        clean = {"sandbox": self.sandbox, "interpret": False, "mem_limit_bytes": mem,
-                 "triton_cache": config.triton_cache, "clean": True, "spares": spares(n_clean)}
-        self.timer = WorkerPool(n_clean, **clean) if self.gpu else None
-        self.turn = MeasuringTurn(self, WorkerPool(1, **{**clean, "spares": 0})) if self.gpu else None
+
+        def clean(size: int, spares: int) -> WorkerPool:
+            return WorkerPool(size, self.sandbox, False, mem, config.triton_cache, clean=True, spares=spares)
+        self.timer = clean(n_clean, spares(n_clean)) if self.gpu else None
+        self.turn = MeasuringTurn(self, clean(1, 0)) if self.gpu else None
         self.references = references or ReferenceCache(config.reference_cache_bytes,
                                                        "cuda" if self.gpu else "cpu")
         self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s, self.task_spec)
-        self._judges: dict[tuple, object] = {}
+        self._judges: dict[tuple, Judge] = {}
 
-    def close(self):
+    def close(self) -> None:
         self.pool.close()
         if self.timer:
-            self.turn.close()
-            self.turn.pool.close()
+            if self.turn is not None:
+                self.turn.close()
+                if self.turn.pool is not None:
+                    self.turn.pool.close()
             self.timer.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Evaluator:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -------------------------------------------------------------------------------------
-    def evaluate_many(self, items: list[tuple[Task, str]]) -> list[Verdict]:
+    def evaluate_many(self, items: list[tuple[Task, str]]) -> list[Verdict | None]:
         # twice as many threads as correctness workers: while some candidates wait for the single
         # timing worker, the correctness workers already run the next ones
         with ThreadPoolExecutor(max(1, 2 * self.config.workers)) as ex:
             return list(ex.map(lambda it: self.evaluate(*it), items))
 
-    def validate_iter(self, tasks: list[Task], timed: bool = True):
+    def validate_iter(self, tasks: list[Task], timed: bool = True) -> Iterator[Verdict]:
         """Each task's starting kernel evaluated, as verdicts complete; a task with none
         (KernelBench) gets its reference run. Stopped early (Ctrl-C in the caller), the tasks
         not begun are dropped and those waiting for a worker give up: the thread pool would
         otherwise have evaluated every remaining task before the interrupt got through."""
         stop = threading.Event()
 
-        def one(t):
+        def one(t: Task) -> Verdict | None:
             if stop.is_set():
                 return None
             if t.start_source:
@@ -149,8 +145,9 @@ class Evaluator:
         try:
             futures = [ex.submit(one, t) for t in tasks]
             for f in as_completed(futures):
-                if f.result() is not None:
-                    yield f.result()
+                verdict = f.result()
+                if verdict is not None:
+                    yield verdict
         finally:
             stop.set()
             ex.shutdown(wait=False, cancel_futures=True)
@@ -160,7 +157,7 @@ class Evaluator:
         timing rests on traces recorded and replayed for this very evaluation."""
         return self.evaluate(task, source) or self._verdict(task)
 
-    def _reference_verdict(self, task: Task, cancel=None) -> Verdict | None:
+    def _reference_verdict(self, task: Task, cancel: CancelCheck | None = None) -> Verdict | None:
         v = self._verdict(task)
         try:
             problem = self.reference_status(task, cancel)
@@ -175,7 +172,7 @@ class Evaluator:
             v.reason = "the reference runs here (the suite has no Triton starting kernel to time)"
         return v
 
-    def evaluate(self, task: Task, source: str | bytes, timed: bool = True, cancel=None,
+    def evaluate(self, task: Task, source: str | bytes, timed: bool = True, cancel: CancelCheck | None = None,
                  aa: bool = False) -> Verdict | None:
         """The verdict; None when `cancel()` turned true before the candidate reached a worker or
         the timing worker (a stopping run: the candidate stays unevaluated, for a resume)."""
@@ -184,7 +181,8 @@ class Evaluator:
         except Cancelled:
             return None
 
-    def _evaluate(self, task: Task, source: str | bytes, timed: bool, cancel, aa: bool = False) -> Verdict:
+    def _evaluate(self, task: Task, source: str | bytes, timed: bool, cancel: CancelCheck | None,
+                  aa: bool = False) -> Verdict:
         t0 = time.monotonic()
         v = self._verdict(task)
         base_src = self.judge(task).baseline_source(aa)
@@ -200,7 +198,7 @@ class Evaluator:
             v.stage = "parse"
             # order: slots serve the candidates that began evaluating first, so a task's
             # starting kernel is not overtaken by the children other tasks make meanwhile
-            traces = self._correctness(task, source, v, cancel, order=t0)
+            traces = run_correctness(self, task, source, v, cancel, order=t0)
             if traces is not None and self.gpu:
                 self._clean_stages(task, traces, v, timed, cancel, t0, base_src)
             elif traces is not None:
@@ -222,14 +220,14 @@ class Evaluator:
     def _verdict(self, task: Task) -> Verdict:
         return Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self.judge(task).baseline_name)
 
-    def judge(self, task: Task):
+    def judge(self, task: Task) -> Judge:
         """The task's judge (fitness.judges): what its kind decides, kept per task."""
         key = (task.suite, task.name)
         if key not in self._judges:
             self._judges[key] = judge_for(self, task)
         return self._judges[key]
 
-    def reference_status(self, task: Task, cancel=None) -> str:
+    def reference_status(self, task: Task, cancel: CancelCheck | None = None) -> str:
         """'' when the task's reference runs here, else why not (script tasks; builtin always run)."""
         return self.judge(task).status(cancel)
 
@@ -237,80 +235,12 @@ class Evaluator:
         """How a child finds the task: the suite, the name and the suite's data folder."""
         return {"suite": task.suite, "name": task.name, "path": self.config.suite_path}
 
-    def _correctness(self, task: Task, source: str, v: Verdict, cancel=None, order: float | None = None):
-        """Runs the cases in a fresh child, one request each; the traces of the calls by
-        (split, shape, dtype), or None when the candidate failed."""
-        spec = self.task_spec(task)
-        planned = self.judge(task).cases(v, cancel)
-        if planned is None:
-            return None
-        cases, check = planned
-        t0 = time.monotonic()
-        traces: dict = {}
-        failed, reply = None, {}
-        compare_s = 0.0
-        try:
-            with self.pool.child(cancel, order) as child:
-                v.device = child.info.get("device", "")
-                v.sandbox = f"{self.sandbox.description}; candidate's process: {child.info.get('how', '?')}"
-                reply = child.request({"op": "import", "source": source, "task": spec}, self.config.timeout_s)
-                v.stage = reply.get("stage", "parse")
-                v.phases["worker_ms"] = dict(reply.get("phase_ms") or {})
-                for case in cases if not reply.get("error") else []:
-                    reply = child.request({"op": "case", "task": spec, "case": case}, self.config.timeout_s)
-                    _add_phases(v.phases["worker_ms"], reply.get("phase_ms"))
-                    if reply.get("error"):
-                        failed = case
-                        break
-                    v.stage = "call"
-                    if reply.get("trace") is not None:
-                        traces[_trace_key(case)] = (case, reply["trace"])
-                    if case["split"] == "timing":
-                        continue
-                    t1 = time.monotonic()
-                    problem = check(case, self.for_comparison(reply))
-                    compare_s += time.monotonic() - t1
-                    v.cases.append({**case, "ok": not problem, "error": problem})
-        except WorkerFailure as e:
-            v.reason = str(e)
-            v.flags.append("worker-replaced")
-            return None
-        v.phases.update(worker_s=round(time.monotonic() - t0 - compare_s, 3), reference_compare_s=round(compare_s, 3))
-        if reply.get("error"):
-            v.cases.append({**(failed or {}), "ok": False, "error": reply["error"]})
-            v.reason = reply["error"] if not failed else \
-                f"{failed.get('split')} case {failed.get('shape')} {failed.get('dtype')}: {reply['error']}"
-            if reply.get("fatal"):
-                v.flags.append("worker-replaced")
-            v.stage = reply.get("stage", "parse")
-        return traces if self._judge_cases(v, cases, failed) else None
-
-    def _judge_cases(self, v: Verdict, cases: list[dict], failed: dict | None) -> bool:
-        tuning = [c for c in v.cases if c.get("split") == "tuning"]
-        heldout = [c for c in v.cases if c.get("split") == "heldout"]
-        n_tuning = sum(c["split"] == "tuning" for c in cases)
-        n_heldout = sum(c["split"] == "heldout" for c in cases)
-        v.correct = len(tuning) == n_tuning and all(c["ok"] for c in tuning)
-        v.heldout_correct = len(heldout) == n_heldout and all(c["ok"] for c in heldout)
-        # a kernel right on every tuning case goes on to timing even when a held-out case failed:
-        # held-out shapes decide what is exported, not what the search breeds from
-        if failed is not None and not (v.correct and failed.get("split") == "heldout"):
-            return False
-        bad = next((c for c in v.cases if not c["ok"]), None)
-        if bad:
-            if not v.reason:
-                v.reason = f"wrong result on {bad['split']} shape {bad['shape']} {bad['dtype']} " \
-                           f"(seed {bad['seed']}): {bad['error']}"
-            if not v.correct:
-                return False
-        v.stage = "correct"
-        return True
-
-    def _clean_stages(self, task: Task, traces: dict, v: Verdict, timed: bool, cancel, order: float,
-                      base_src: str | None):
+    def _clean_stages(self, task: Task, traces: dict, v: Verdict, timed: bool, cancel: CancelCheck | None,
+                      order: float, base_src: str | None) -> None:
         """On a GPU: one clean child (it never imports the candidate) replays every recorded call
         and then, if asked, times the replayed kernels against the baseline. One fork, one CUDA
         start and one set of launchers per candidate for both stages."""
+        assert self.timer is not None and self.turn is not None, "the clean stages run on a GPU only"
         try:
             with self.timer.child(cancel, order) as clean:
                 if self._replay(task, "", traces, v, cancel, clean) is None:
@@ -323,7 +253,8 @@ class Evaluator:
             self._fail(v, f"replay: {e}")
             v.flags.append("worker-replaced")
 
-    def _replay(self, task: Task, source: str, traces: dict, v: Verdict, cancel=None, clean=None) -> dict | None:
+    def _replay(self, task: Task, source: str, traces: dict, v: Verdict, cancel: CancelCheck | None = None,
+                clean: ChildProcess | None = None) -> dict | None:
         """Each recorded call replayed alone, in a fresh child (`clean`, on a GPU), on inputs from
         a new seed, and compared with the engine's reference: the candidate's own kernels did the
         work, or it fails. Script tasks' benchmark calls are checked in the timing instead (their
@@ -379,7 +310,7 @@ class Evaluator:
                 pass  # compared on the CPU instead
         return reply
 
-    def check_case(self, task: Task, case: dict, outputs) -> str:
+    def check_case(self, task: Task, case: dict, outputs: Any) -> str:
         if outputs is None:
             return "no outputs returned"
         refs, expected = self.references.get(task, case)

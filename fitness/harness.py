@@ -14,24 +14,31 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fitness.trace import FREE_OPS
-from suites.task import to_device  # noqa: F401 - the workers' copy onto the device
+from fitness.trace import FREE_OPS, Recorder
+from suites.task import Task
+from suites.task import to_device as to_device  # re-exported: the workers' copy onto the device
+
+# Triton's launcher takes, before the kernel's own arguments: the grid (3), the stream, the
+# function, the packed metadata, the launch metadata, and the enter and exit hooks
+LAUNCHER_LEADING = 9
 
 
 class CandidateError(Exception):
     """A check failed; the message is the verdict's reason."""
 
 
-def nbytes(args) -> int:
+def nbytes(args: Iterable[object]) -> int:
     """Storage bytes of the tensors among `args`."""
     return sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))
 
 
-def draw_inputs(task, case: dict, seed: int, device: str = "cpu") -> tuple:
+def draw_inputs(task: Task, case: dict, seed: int, device: str = "cpu") -> tuple:
     """The case's inputs from `seed`, on `device` where the task can draw there (else on the
     host); a dtype that is not torch's ("given"): the suite's inputs come in their own dtypes.
     The same (task, case, seed, device) gives the same values in every process."""
@@ -46,13 +53,13 @@ class LaunchHook:
     """Counts launches of @triton.jit functions by the module that defined them, and hands each
     launch to the recorder of the call in progress (fitness.trace), if any."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.counts: dict[str, int] = {}
         self.depth = 0  # >0 while inside Triton's launch machinery (autotune, interpreter copies)
-        self.recorder = None
-        self._patched = []
+        self.recorder: Recorder | None = None
+        self._patched: list[tuple[Any, Callable]] = []  # (a Triton class, the run it was given)
 
-    def install(self):
+    def install(self) -> None:
         from triton.runtime import autotuner, interpreter, jit
 
         for cls, counts in ((jit.JITFunction, True), (interpreter.InterpretedFunction, True),
@@ -60,7 +67,7 @@ class LaunchHook:
             self._wrap(cls, counts)
         self._wrap_compiled()
 
-    def _wrap(self, cls, counts_launch: bool):
+    def _wrap(self, cls: Any, counts_launch: bool) -> None:
         original = cls.run
         hook = self
         interpreted = cls.__name__ == "InterpretedFunction"
@@ -86,7 +93,7 @@ class LaunchHook:
         cls.run = run
         self._patched.append((cls, run))
 
-    def _wrap_compiled(self):
+    def _wrap_compiled(self) -> None:
         """Compiled launches are recorded where Triton calls the launcher: the kernel binary, the
         grid and the final arguments are all known there."""
         from triton.compiler.compiler import CompiledKernel
@@ -99,10 +106,12 @@ class LaunchHook:
         def run(kernel):
             launcher = prop.fget(kernel)
 
-            def recorded(g0, g1, g2, stream, function, packed, meta, enter, exit_, *args):
+            # the launcher's arguments passed through as one tuple (the hot launch path: one
+            # splat, no names bound); the grid leads, the kernel's own arguments come last
+            def recorded(*launch):
                 if hook.recorder is not None:
-                    hook.recorder.launch_compiled(kernel, (g0, g1, g2), args)
-                return launcher(g0, g1, g2, stream, function, packed, meta, enter, exit_, *args)
+                    hook.recorder.launch_compiled(kernel, launch[:3], launch[LAUNCHER_LEADING:])
+                return launcher(*launch)
             return recorded
 
         CompiledKernel.run = property(run)
@@ -114,13 +123,13 @@ class LaunchHook:
         return self.counts.get(module, 0)
 
 
-def _record_interpreted(recorder, fn_self, args, kwargs):
+def _record_interpreted(recorder: Recorder, fn_self: Any, args: tuple, kwargs: dict) -> None:
     import inspect
 
     fn = fn_self.fn
     spec = inspect.getfullargspec(fn)
     kw = {k: v for k, v in kwargs.items() if k in spec.args or k in spec.kwonlyargs}
-    grid = kwargs.get("grid")
+    grid: Any = kwargs.get("grid")  # a tuple, or a function of the launch's arguments
     try:
         if callable(grid):
             grid = grid(inspect.getcallargs(fn, *args, **kw))
@@ -149,7 +158,7 @@ class TorchWorkMeter(TorchDispatchMode):
         return out
 
 
-def work_elements(args, out) -> int:
+def work_elements(args: object, out: object) -> int:
     """Elements a compute op read or wrote, whichever is more: a row reduction (logsumexp)
     writes one element per row but reads the whole input."""
     read = sum(a.numel() for a in _flat(args) if isinstance(a, torch.Tensor))
@@ -157,7 +166,7 @@ def work_elements(args, out) -> int:
     return max(read, written)
 
 
-def _flat(x):
+def _flat(x: object) -> Iterator[object]:
     if isinstance(x, (list, tuple)):
         for y in x:
             yield from _flat(y)
@@ -183,7 +192,7 @@ class Snapshot:
         self.saved = {name: self._callables(obj) for name, obj in self.targets.items()}
 
     @staticmethod
-    def _callables(obj) -> dict:
+    def _callables(obj: object) -> dict:
         return {k: v for k, v in list(vars(obj).items()) if callable(v) and not isinstance(v, type(torch))}
 
     def changed(self) -> str:
@@ -202,7 +211,7 @@ def python_threads() -> int:
     return threading.active_count()
 
 
-def poison(*tensors) -> None:
+def poison(*tensors: object) -> None:
     """Overwrite harness-owned buffers before they are freed (NaN for floats, a max for ints)."""
     for t in _flat(tensors):
         if not isinstance(t, torch.Tensor) or t.numel() == 0:
@@ -230,7 +239,7 @@ def same_storage_bytes(t: torch.Tensor, saved: torch.Tensor) -> bool:
     return now.numel() == saved.numel() and torch.equal(now, saved)
 
 
-def aliases(out: torch.Tensor, inputs) -> bool:
+def aliases(out: torch.Tensor, inputs: Iterable[object]) -> bool:
     ptr = out.untyped_storage().data_ptr()
     return any(isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == ptr and ptr != 0
                for a in inputs)

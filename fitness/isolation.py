@@ -31,22 +31,22 @@ PRIVATE_MOUNT = "/tmp/te-private"  # made by the zygote; each child mounts its o
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _check(rc: int, what: str):
+def _check(rc: int, what: str) -> None:
     if rc != 0:
         raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
 
 
-def _mount(src, target, fstype, flags, data=None):
+def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     _check(_libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(), flags,
                        data and data.encode()), f"mount {target}")
 
 
-def _write(path: str, text: str):
+def _write(path: str, text: str) -> None:
     with open(path, "w") as f:
         f.write(text)
 
 
-def _remount_read_only(path: str):
+def _remount_read_only(path: str) -> None:
     """Bind `path` onto itself read-only, keeping the flags a more privileged namespace locked
     on it (bubblewrap mounts its /tmp nosuid,nodev: a remount that drops them is refused)."""
     keep = 0
@@ -76,7 +76,7 @@ def enter_namespaces(read_only: tuple[str, ...]) -> str:
     return PRIVATE_MOUNT
 
 
-def set_limits(clean: bool = False):
+def set_limits(clean: bool = False) -> None:
     """`clean`: a timing child keeps the engine's priority; a candidate's child yields the CPU to
     it (H100 host, 16 cores: a trial's round trip took 3 ms under load against 0.3 ms alone)."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -93,7 +93,30 @@ def set_limits(clean: bool = False):
     resource.setrlimit(resource.RLIMIT_NOFILE, (cap, hard))
 
 
-def private_env(root: str, keep_cache: bool = False):
+def cap_address_space(limit_bytes: int) -> None:
+    """This process's address space capped at what it maps now plus `limit_bytes`: breaks CUDA,
+    so only on CPU; the engine watches RSS too."""
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + limit_bytes, hard))
+
+
+def _vm_size() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def outer_pid() -> int:
+    """This process's pid as the engine sees it (in a PID namespace of its own it is 1 here)."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
+def private_env(root: str, keep_cache: bool = False) -> None:
     """Temporary files, HOME and (unless `keep_cache`: a clean child) the Triton cache in `root`."""
     for sub in ("tmp", "triton", "home"):
         os.makedirs(os.path.join(root, sub), exist_ok=True)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import random
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fitness.compare import compare_tree
+from fitness.pool import CancelCheck
 from fitness.static_gate import allowance
 from fitness.verdict import Verdict
 from suites.task import Task
@@ -49,7 +50,7 @@ class FunctionJudge:
     def allowance(self) -> frozenset:
         return frozenset()
 
-    def status(self, cancel=None) -> str:
+    def status(self, cancel: CancelCheck | None = None) -> str:
         return ""  # a torch function runs wherever torch does
 
     aa_name = "the starting kernel (an A/A sentinel)"
@@ -58,7 +59,7 @@ class FunctionJudge:
         """The kernel the baseline child runs; None: the torch reference."""
         return self.task.start_source if aa or self.ev.config.baseline == "start" else None
 
-    def cases(self, v: Verdict, cancel=None) -> tuple[list[dict], Check] | None:
+    def cases(self, v: Verdict, cancel: CancelCheck | None = None) -> tuple[list[dict], Check] | None:
         """This evaluation's cases: the tuning shapes and held-out shapes drawn for it alone,
         each at fresh seeds (as many as the run's --seeds): nothing repeats to be cached or
         looked up, and no list of held-out shapes exists anywhere to be read."""
@@ -69,7 +70,7 @@ class FunctionJudge:
                  for shape in group for dt in self.task.dtypes for _ in self.ev.config.seeds]
         return cases, lambda case, reply: self.ev.check_case(self.task, case, reply.get("outputs"))
 
-    def check_timed(self, case: dict, seed: int, candidate, baseline) -> str:
+    def check_timed(self, case: dict, seed: int, candidate: Any, baseline: Any) -> str:
         """The timed replay's outputs on the third draw, against the engine's reference."""
         return self.ev.check_case(self.task, {**case, "seed": seed}, self.ev.for_comparison({"o": candidate})["o"])
 
@@ -94,7 +95,7 @@ class ScriptJudge:
             self._allowance = allowance(self.task.script.reference_source)
         return self._allowance
 
-    def status(self, cancel=None) -> str:
+    def status(self, cancel: CancelCheck | None = None) -> str:
         return self.ev.script_refs.get(self.task, cancel).error
 
     def baseline_source(self, aa: bool = False) -> str | None:
@@ -104,7 +105,7 @@ class ScriptJudge:
     def aa_name(self) -> str:
         return self.baseline_name
 
-    def cases(self, v: Verdict, cancel=None) -> tuple[list[dict], Check] | None:
+    def cases(self, v: Verdict, cancel: CancelCheck | None = None) -> tuple[list[dict], Check] | None:
         """The suite's test and benchmark cases; on a GPU also the benchmark inputs to be timed
         (their calls' traces are what is timed). None when the suite's reference fails here."""
         refs = self.ev.script_refs
@@ -119,9 +120,12 @@ class ScriptJudge:
             cases += [{**c, "split": "timing", "seed": fresh_seed()} for c in refs.timing_cases(ref)]
         return cases, lambda case, reply: refs.check(self.task, ref, case, reply)
 
-    def check_timed(self, case: dict, seed: int, candidate, baseline) -> str:
+    def check_timed(self, case: dict, seed: int, candidate: Any, baseline: Any) -> str:
         return compare_tree(candidate, baseline, self.task.tolerance, slack=4.0, path="output")
 
 
-def judge_for(ev: Evaluator, task: Task) -> FunctionJudge | ScriptJudge:
+Judge = FunctionJudge | ScriptJudge  # what an evaluator asks of a task's kind
+
+
+def judge_for(ev: Evaluator, task: Task) -> Judge:
     return ScriptJudge(ev, task) if task.script is not None else FunctionJudge(ev, task)

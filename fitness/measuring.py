@@ -9,6 +9,7 @@ by the clean processes. Every reported time must fit inside the engine's clock f
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import statistics
@@ -18,9 +19,12 @@ from typing import TYPE_CHECKING
 
 from fitness.harness import nbytes
 from fitness.judges import fresh_seed
-from fitness.pool import Cancelled, WorkerFailure, WorkerPool
+from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
 from fitness.reference import BytesLRU
 from fitness.timing import n_sets_for, passes_for
+from fitness.trials import NOISY, TimingChild, TimingRejected, alternate, checked, noisy, spread
+from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
+from fitness.trials import TRIAL_REPS as TRIAL_REPS
 from fitness.verdict import Verdict, speedup_from_rows
 from suites.script import tensors_of
 from suites.task import Task
@@ -28,14 +32,8 @@ from suites.task import Task
 if TYPE_CHECKING:
     from fitness.evaluator import Evaluator
 
-NOISY = 0.1  # interquartile range over median of a side's trials that flags a shape
-STEADY = 0.01  # a spread under which more trials would not move the median (H100 graphs: 0.1-0.5%)
 ORACLE_BYTES = 4 << 30  # host memory for the baseline's checked outputs (script tasks)
 EPOCH_USES = 16  # candidates timed on one set of draws (and one prepared baseline side) per shape
-# timed regions per request, the sides still alternating request by request: H100 builtin, a
-# request's round trip under a search's load was ~3 ms against ~1 ms of timed region, and
-# the round trips held more of the measuring turn than the regions (0.42 of 0.77 s per candidate)
-TRIAL_REPS = 3
 # The baseline's trials are kept per shape and epoch (same clean process, inputs and graph) and
 # reused: each turn the baseline runs one request of TRIAL_REPS regions beside the candidate's,
 # which joins the kept ones; every REMEASURE_EVERY-th candidate of an epoch, or when that request
@@ -46,33 +44,14 @@ REMEASURE_EVERY = 8
 DRIFT = 0.03
 
 
-class TimingRejected(Exception):
-    """A timing whose evidence did not check out; the message says which."""
-
-
-def _ok(reply: dict, side: str) -> dict:
-    if reply.get("error"):
-        raise TimingRejected(f"{'the baseline' if side == 'b' else 'the replayed kernels'}: {reply['error']}")
-    return reply
-
-
-def _spread(times: list[float]) -> float:
-    q = statistics.quantiles(times, n=4)
-    return (q[2] - q[0]) / statistics.median(times)
-
-
-def _noisy(times: dict[str, list[float]]) -> bool:
-    return max(_spread(times["c"]), _spread(times["b"])) > NOISY
-
-
 def _row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> dict:
     """`baseline_kept`: the baseline's median is over its kept trials of the epoch (this turn's
     tracking request among them), not over trials alternating with this candidate's only."""
     bytes_, flops = cal["b"].get("cost") or (0.0, 0.0)
     case = plan["case"]
     return {"shape": case["shape"], "dtype": case["dtype"], "candidate_ms": statistics.median(times["c"]),
-            "baseline_ms": statistics.median(times["b"]), "candidate_spread": _spread(times["c"]),
-            "baseline_spread": _spread(times["b"]), "method": method, "input_sets": n_sets,
+            "baseline_ms": statistics.median(times["b"]), "candidate_spread": spread(times["c"]),
+            "baseline_spread": spread(times["b"]), "method": method, "input_sets": n_sets,
             "trials": len(times["c"]), "baseline_trials": len(times["b"]),
             "baseline_kept": bool(plan.get("baseline_reused")), "bytes": bytes_, "flops": flops,
             "phase_ms": {"warm_up": cal["c"].get("warm_ms", 0.0), "baseline_warm_up": cal["b"].get("warm_ms", 0.0)}}
@@ -89,7 +68,7 @@ class _Clock:
     def __init__(self, into: dict):
         self.into, self.t = into, time.monotonic()
 
-    def tick(self, step: str):
+    def tick(self, step: str) -> None:
         now = time.monotonic()
         self.into[step] = self.into.get(step, 0.0) + now - self.t
         self.t = now
@@ -101,19 +80,21 @@ class MeasuringTurn:
         self.ev, self.pool = ev, pool
         self.lock = threading.Lock()  # the turn itself
         self.busy_s = 0.0  # time the turn was held
-        self._child = None
+        self._child: ChildProcess | None = None
+        self._child_cm: contextlib.AbstractContextManager[ChildProcess] | None = None
         # the baseline's calibration per shape (one call's time, input bytes): from it the next
         # candidate's replay child makes its input sets and graph before its turn
         self._baseline_cal: dict[tuple, dict] = {}
         self._epochs: dict[tuple, dict] = {}  # per shape: the draws both sides are timed on now
         self._epoch_lock = threading.Lock()
         self._epoch_ids = itertools.count()
-        self._peak_figures = None
+        self._peak_figures: dict | None = None
         self.baseline_prepares = 0  # baseline sides prepared inside the turn
         # per shape and epoch: the baseline's checked outputs
         self._oracles = BytesLRU(ORACLE_BYTES, lambda outs: nbytes(tensors_of(outs)))
 
-    def time(self, task: Task, traces: dict, v: Verdict, replay, base_src: str | None = None, cancel=None):
+    def time(self, task: Task, traces: dict, v: Verdict, replay: TimingChild, base_src: str | None = None,
+             cancel: CancelCheck | None = None) -> None:
         """Times a candidate's replayed kernels against the baseline, shape by shape; fills `v`.
         Raises Cancelled when `cancel()` turns true while it waits for the turn (a stopping run
         does not wait for the GPU: the candidate stays unevaluated, for a resume)."""
@@ -123,30 +104,41 @@ class MeasuringTurn:
             v.timing = "not timed: the suite gives no benchmark inputs for this task"
             v.flags.append("untimed")
             return
-        t0 = time.monotonic()
-        rows = []
+        marks = [time.monotonic()]
         try:
-            # outside the measuring turn: the replay child loads the kernels, draws every shape's
-            # inputs, warms up and captures, while another candidate is being measured
-            plans = [self._prepare(task, slot, case, trace, replay, base_src)
-                     for slot, (case, trace) in enumerate(timed)]
-            t1 = time.monotonic()
-            self._take_turn(cancel)
-            try:
-                t2 = time.monotonic()
-                rows = [self._measure(task, plan, replay) for plan in plans]
-                t3 = time.monotonic()
-                self.busy_s += t3 - t2
-            finally:
-                self.lock.release()
-            for plan in plans:  # after the turn: only the engine's reference is needed
-                self._check_replay(task, plan, replay)
+            plans, rows = self._turn(task, timed, replay, base_src, cancel, marks)
         except (WorkerFailure, TimingRejected) as e:
             v.reason = f"timing: {e}"
             v.correct = False  # a kernel that cannot be timed (hang, crash, a failed check) is no parent
             if isinstance(e, WorkerFailure):
                 v.flags.append("worker-replaced")
             return
+        self._fill(task, v, plans, rows, marks)
+
+    def _turn(self, task: Task, timed: list[tuple[dict, dict]], replay: TimingChild, base_src: str | None,
+              cancel: CancelCheck | None, marks: list[float]) -> tuple[list[dict], list[dict]]:
+        """The plans and rows of every timed shape: prepared before the turn, measured inside
+        it, checked after it. `marks` gets when the turn was asked for, taken and given back."""
+        # outside the measuring turn: the replay child loads the kernels, draws every shape's
+        # inputs, warms up and captures, while another candidate is being measured
+        plans = [self._prepare(task, slot, case, trace, replay, base_src)
+                 for slot, (case, trace) in enumerate(timed)]
+        marks.append(time.monotonic())
+        self._take_turn(cancel)
+        try:
+            marks.append(time.monotonic())
+            rows = [self._measure(task, plan, replay) for plan in plans]
+            marks.append(time.monotonic())
+            self.busy_s += marks[3] - marks[2]
+        finally:
+            self.lock.release()
+        for plan in plans:  # after the turn: only the engine's reference is needed
+            self._check_replay(task, plan, replay)
+        return plans, rows
+
+    def _fill(self, task: Task, v: Verdict, plans: list[dict], rows: list[dict], marks: list[float]) -> None:
+        """The verdict of a timing that checked out: its rows, speedup, flags and how it was timed."""
+        t0, t1, t2, t3 = marks
         v.phases.update(timing_prepare_s=round(t1 - t0, 3), timing_wait_s=round(t2 - t1, 3),
                         timing_exclusive_s=round(t3 - t2, 3))
         turn: dict[str, float] = {}
@@ -170,9 +162,9 @@ class MeasuringTurn:
             v.flags.append("noisy-timing")
         v.stage = "timed"
 
-    def _take_turn(self, cancel=None):
+    def _take_turn(self, cancel: CancelCheck | None = None) -> None:
         while not self.lock.acquire(timeout=0.2 if cancel else -1):
-            if cancel():
+            if cancel is not None and cancel():
                 raise Cancelled()
 
     def _epoch(self, key: tuple) -> dict:
@@ -194,7 +186,8 @@ class MeasuringTurn:
         ep = self._epochs.get(plan["key"])
         return ep if ep is not None and ep["id"] == plan["epoch"]["id"] else None
 
-    def _prepare(self, task: Task, slot: int, case: dict, trace: dict, replay, base_src: str | None) -> dict:
+    def _prepare(self, task: Task, slot: int, case: dict, trace: dict, replay: TimingChild,
+                 base_src: str | None) -> dict:
         """One shape's replay side made ready outside the measuring turn: inputs drawn, kernels
         warmed and, when the number of input sets is known, the sets made and the graph captured.
         The plan the turn follows."""
@@ -202,11 +195,11 @@ class MeasuringTurn:
         ep = self._epoch(key)
         opening = {"op": "time_prepare", "task": self.ev.task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
                    "seeds": ep["seeds"]}
-        cal = _ok(replay.request({**opening, "slot": slot, "trace": trace}, self.ev.config.timing_timeout_s), "c")
+        cal = checked(replay.request({**opening, "slot": slot, "trace": trace}, self.ev.config.timing_timeout_s), "c")
         method = ""
         if ep["n"]:
             sets = {"op": "time_sets", "slot": slot, "n_sets": ep["n"], "graph": True}
-            method = _ok(replay.request(sets, self.ev.config.timing_timeout_s), "c")["method"]
+            method = checked(replay.request(sets, self.ev.config.timing_timeout_s), "c")["method"]
         return {"slot": slot, "case": case, "epoch": ep, "opening": opening, "cal": cal, "n": ep["n"],
                 "method": method, "key": key, "base_src": base_src, "base_slot": f"epoch{ep['id']}"}
 
@@ -215,17 +208,18 @@ class MeasuringTurn:
         """Input sets per timed region, from the baseline's calibration of the shape."""
         return n_sets_for(base["in_bytes"], base["t_one_ms"], base["l2_bytes"])
 
-    def _baseline_open(self, task: Task, plan: dict, base) -> dict:
+    def _baseline_open(self, task: Task, plan: dict, base: TimingChild) -> dict:
         """The baseline's side of this shape and epoch, opened for the trials: kept from an
         earlier candidate, or prepared now (draws, warm-up, calibration, input sets, graph)."""
         timeout = self.ev.config.timing_timeout_s
         slot = plan["base_slot"]
-        opened = _ok(base.request({"op": "time_open", "slot": slot}, timeout), "b")
+        opened = checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
         if not opened.get("missing"):
             return opened
         plan["baseline_prepared"] = True  # a new epoch, or its side dropped for memory
         self.baseline_prepares += 1
-        cal = _ok(base.request({**plan["opening"], "slot": slot, "baseline_source": plan["base_src"]}, timeout), "b")
+        prepare = {**plan["opening"], "slot": slot, "baseline_source": plan["base_src"]}
+        cal = checked(base.request(prepare, timeout), "b")
         key = plan["key"]
         self._baseline_cal[key] = cal
         n = plan["n"] or self._n_sets(cal)
@@ -233,19 +227,19 @@ class MeasuringTurn:
             ep = self._plan_epoch(plan)
             if ep is not None:
                 ep["n"] = n  # later candidates of this epoch capture before their turn
-        _ok(base.request({"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}, timeout), "b")
-        return _ok(base.request({"op": "time_open", "slot": slot}, timeout), "b")
+        checked(base.request({"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}, timeout), "b")
+        return checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
 
-    def _measure(self, task: Task, plan: dict, replay) -> dict:
+    def _measure(self, task: Task, plan: dict, replay: TimingChild) -> dict:
         """One shape, inside the measuring turn: both sides' input sets ready, then trials
         alternating between them, each bounded by the engine's clock."""
         clock = _Clock(plan.setdefault("turn_s", {}))
-        sides = {"c": replay, "b": self.baseline_side()}
+        sides: dict[str, TimingChild] = {"c": replay, "b": self.baseline_side()}
         b = self._baseline_open(task, plan, sides["b"])
         clock.tick("baseline_prepare" if plan.get("baseline_prepared") else "baseline_open")
         n, slots = b["n_sets"], {"c": plan["slot"], "b": plan["base_slot"]}
         methods = self._same_method(sides, slots, n, {"b": b["method"], "c": plan["method"] if plan["n"] == n else ""})
-        _ok(replay.request({"op": "time_open", "slot": plan["slot"]}, self.ev.config.timing_timeout_s), "c")
+        checked(replay.request({"op": "time_open", "slot": plan["slot"]}, self.ev.config.timing_timeout_s), "c")
         clock.tick("sets")
         bc = b["cal"]
         passes = passes_for(n, bc["in_bytes"], bc["t_one_ms"], bc["l2_bytes"])
@@ -258,25 +252,26 @@ class MeasuringTurn:
         cal = {"c": plan["cal"], "b": b["cal"]}
         return _row(plan, times, methods["c"], n, cal)
 
-    def _timed_trials(self, plan: dict, sides: dict, how: tuple[str, int, int]) -> dict[str, list[float]]:
+    def _timed_trials(self, plan: dict, sides: dict[str, TimingChild],
+                      how: tuple[str, int, int]) -> dict[str, list[float]]:
         """The candidate's trials and the baseline's: the baseline's kept ones of this epoch
         where they still hold (one tracking request of its own this turn joins them), else both
         sides alternating fully. `how`: (method, input sets, passes), which kept trials share."""
         _, n, passes = how
         kept = self._kept(plan, how)
         if kept:
-            times = self._trials(sides, n, passes, plan["turn_s"], track=True)
+            times = alternate(sides, n, passes, plan["turn_s"], self.ev.config, track=True)
             held = abs(statistics.median(times["b"]) / statistics.median(kept) - 1) <= DRIFT
             times["b"] = (kept + times["b"])[-BASELINE_KEPT:]
-            if held and not _noisy(times):
+            if held and not noisy(times):
                 self._keep(plan, how, times["b"], full=False)
                 plan["baseline_reused"] = True
                 return times
-        times = self._trials(sides, n, passes, plan["turn_s"])
+        times = alternate(sides, n, passes, plan["turn_s"], self.ev.config)
         # once more: a swing of the clocks passes, a noisy kernel stays noisy (after a tracked round
         # that strayed, this full one is already the second)
-        if _noisy(times) and not kept:
-            times = self._trials(sides, n, passes, plan["turn_s"])
+        if noisy(times) and not kept:
+            times = alternate(sides, n, passes, plan["turn_s"], self.ev.config)
         self._keep(plan, how, times["b"], full=True)
         return times
 
@@ -290,7 +285,7 @@ class MeasuringTurn:
                 return None
             return list(kept["times"])
 
-    def _keep(self, plan: dict, how: tuple, times: list[float], full: bool):
+    def _keep(self, plan: dict, how: tuple, times: list[float], full: bool) -> None:
         with self._epoch_lock:
             ep = self._plan_epoch(plan)
             if ep is None:
@@ -298,13 +293,14 @@ class MeasuringTurn:
             since = 0 if full else ep["kept"]["since_full"] + 1
             ep["kept"] = {"how": how, "times": times[-BASELINE_KEPT:], "since_full": since}
 
-    def _same_method(self, sides: dict, slots: dict, n: int, methods: dict) -> dict[str, str]:
+    def _same_method(self, sides: dict[str, TimingChild], slots: dict, n: int,
+                     methods: dict[str, str]) -> dict[str, str]:
         """Both sides' regions made alike: CUDA graphs when both can be captured, else eager.
         A side switches between the two over the same sets (the baseline's graph stays for the
         next candidate: one uncapturable candidate once left its epoch eager for all after it)."""
         def sets(k: str, graph: bool) -> str:
             req = {"op": "time_sets", "slot": slots[k], "n_sets": n, "graph": graph}
-            return _ok(sides[k].request(req, self.ev.config.timing_timeout_s), k)["method"]
+            return checked(sides[k].request(req, self.ev.config.timing_timeout_s), k)["method"]
         if not methods["c"]:  # prepared for another number of sets, or not yet
             methods["c"] = sets("c", True)
         if methods["b"] != methods["c"]:
@@ -313,11 +309,11 @@ class MeasuringTurn:
                 methods["c"] = sets("c", False)
         return methods
 
-    def _check_replay(self, task: Task, plan: dict, replay):
+    def _check_replay(self, task: Task, plan: dict, replay: TimingChild) -> None:
         """The timed replay's outputs on the third draw, against the engine's own reference or
         the baseline's outputs of the same sets."""
         req = {"op": "time_check", "slot": plan["slot"], "picks": plan["picks"]}
-        outs = _ok(replay.request(req, self.ev.config.timing_timeout_s), "c")["outputs"]
+        outs = checked(replay.request(req, self.ev.config.timing_timeout_s), "c")["outputs"]
         self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], outs, plan.get("oracle"))
 
     def _picks(self, plan: dict, n: int) -> list[int]:
@@ -332,7 +328,7 @@ class MeasuringTurn:
                     ep["picks"] = picks
             return picks
 
-    def _oracle(self, plan: dict, base) -> list:
+    def _oracle(self, plan: dict, base: TimingChild) -> list:
         """The baseline's outputs of the picked sets on the third draw, taken inside the turn
         once per epoch and kept (LRU, ORACLE_BYTES): H100 TritonBench, taking both sides'
         outputs inside every turn held 1.3 s of its 2.0 s per candidate."""
@@ -341,57 +337,27 @@ class MeasuringTurn:
             if key in self._oracles:
                 return self._oracles.get(key)
         req = {"op": "time_check", "picks": plan["picks"], "drop": False, "slot": plan["base_slot"]}
-        outs = _ok(base.request(req, self.ev.config.timing_timeout_s), "b")["outputs"]
+        outs = checked(base.request(req, self.ev.config.timing_timeout_s), "b")["outputs"]
         with self._epoch_lock:
             self._oracles.put(key, outs)
         return outs
 
-    def baseline_side(self):
+    def baseline_side(self) -> ChildProcess:
         """The long-lived baseline child: it loads only the suite's code, never a candidate's."""
         if self._child is None or self._child.dead:
             self.close()
+            assert self.pool is not None, "a turn made without a baseline pool is given its baseline side"
             self._child_cm = self.pool.child()
             self._child = self._child_cm.__enter__()
         return self._child
 
-    def close(self):
-        if self._child is not None:
+    def close(self) -> None:
+        if self._child is not None and self._child_cm is not None:
             self._child_cm.__exit__(None, None, None)
             self._child = None
 
-    def _trials(self, sides: dict, n: int, passes: int, spent: dict, track: bool = False) -> dict[str, list[float]]:
-        """Alternating requests of TRIAL_REPS trials each, the order flipped each round; the
-        times a request reports must fit inside the engine's own clock for it. `track`: the
-        baseline runs in the first round only (its kept trials stand for the rest). `spent` gets
-        the seconds of the timed regions and of the children's handling (the rest of a
-        request's wall time is the round trip)."""
-        times: dict[str, list[float]] = {"c": [], "b": []}
-        most = self.ev.config.trials
-        enough = max(min(self.ev.config.min_trials, most), 2)
-        steady = ("c",) if track else ("c", "b")
-        for r in itertools.count():
-            i = len(times["c"])
-            if i >= most or (i >= enough and max(_spread(times[k]) for k in steady) <= STEADY):
-                break
-            reps = min(TRIAL_REPS, most - i, enough - i if i < enough else most)  # a stop can come at `enough`
-            order = ("c", "b") if r % 2 == 0 else ("b", "c")
-            for k in (order if not track or r == 0 else ("c",)):
-                t = time.perf_counter()
-                req = {"op": "trial", "k": i, "passes": passes, "reps": reps}
-                reply = _ok(sides[k].request(req, self.ev.config.timing_timeout_s), k)
-                ms = [float(x) for x in reply["ms"]]
-                wall_ms = (time.perf_counter() - t) * 1e3
-                region_ms = sum(ms) * n * passes
-                spent["trial_regions"] = spent.get("trial_regions", 0.0) + region_ms / 1e3
-                handled = (reply.get("phase_ms") or {}).get("handle", 0.0)
-                spent["trial_in_child"] = spent.get("trial_in_child", 0.0) + handled / 1e3
-                if len(ms) != reps or not (min(ms) > 0 and region_ms <= wall_ms * 1.02 + 0.5):
-                    raise TimingRejected(f"reported times ({region_ms:.3f} ms in all) are not inside the engine's "
-                                         f"clock for that request ({wall_ms:.3f} ms)")
-                times[k].extend(ms)
-        return times
-
-    def _check_timed_outputs(self, task: Task, case: dict, seed: int, candidate: list, baseline: list | None = None):
+    def _check_timed_outputs(self, task: Task, case: dict, seed: int, candidate: list,
+                             baseline: list | None = None) -> None:
         """`baseline`: the baseline's outputs of the same sets, where the judge compares with them."""
         for i, oc in enumerate(candidate):
             problem = self.ev.judge(task).check_timed(case, seed, oc, baseline[i] if baseline else None)

@@ -21,8 +21,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import IO
 
 from fitness import protocol
 from fitness.sandbox import Sandbox, worker_env
@@ -31,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 180.0
 FORK_TIMEOUT_S = 60.0
 LOG_TAIL = 3000
+# a caller's "stop waiting?", asked while it waits for a slot or a turn (a run that is stopping)
+CancelCheck = Callable[[], bool]
 
 
 _SPAWNER = ThreadPoolExecutor(1, thread_name_prefix="worker-spawner")  # lives as long as the engine
@@ -51,18 +55,19 @@ class Zygote:
                  clean: bool = False):
         self.sandbox, self.interpret, self.mem_limit = sandbox, interpret, mem_limit_bytes
         self.triton_cache, self.clean = triton_cache, clean
-        self.proc = None
-        self.ctl = None
+        self.proc: subprocess.Popen | None = None
+        self.ctl: socket.socket | None = None
         self._lock = threading.Lock()
-        self.log = None
+        self.log: IO[bytes] | None = None
         self.shut = False  # closed for good: no fork starts it again
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         with self._lock:
             self.shut = True
             self.close()
 
-    def _start(self):
+    def _start(self) -> socket.socket:
+        """Starts the zygote; its control socket, once it said it is ready."""
         self.close()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
@@ -84,6 +89,7 @@ class Zygote:
             note = _tail(self.log)
             self.close()
             raise WorkerFailure(f"the zygote did not start ({hello.get('error', 'it exited')}); last output:\n{note}")
+        return ours
 
     def fork(self) -> ChildProcess:
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -92,12 +98,13 @@ class Zygote:
             with self._lock:
                 if self.shut:
                     raise WorkerFailure("the pool is closed")
-                if self.proc is None or self.proc.poll() is not None:
-                    self._start()
-                self.ctl.settimeout(FORK_TIMEOUT_S)
+                ctl = self.ctl
+                if ctl is None or self.proc is None or self.proc.poll() is not None:
+                    ctl = self._start()
+                ctl.settimeout(FORK_TIMEOUT_S)
                 try:
-                    socket.send_fds(self.ctl, [b"fork"], [b.fileno(), log.fileno()])
-                    reply = json.loads(self.ctl.recv(1 << 16) or b"{}")
+                    socket.send_fds(ctl, [b"fork"], [b.fileno(), log.fileno()])
+                    reply = json.loads(ctl.recv(1 << 16) or b"{}")
                 except (OSError, ValueError) as e:
                     self.close()
                     raise WorkerFailure(f"the zygote stopped answering ({e}); it is started again") from None
@@ -109,7 +116,7 @@ class Zygote:
         child.hello()
         return child
 
-    def close(self):
+    def close(self) -> None:
         if self.ctl is not None:
             self.ctl.close()
             self.ctl = None
@@ -122,7 +129,7 @@ class Zygote:
             self.proc = None
 
 
-def _kill_group(pid: int):
+def _kill_group(pid: int) -> None:
     for kill in (os.killpg, os.kill):
         try:
             kill(pid, signal.SIGKILL)
@@ -130,7 +137,7 @@ def _kill_group(pid: int):
             pass
 
 
-def _tail(log) -> str:
+def _tail(log: IO[bytes]) -> str:
     try:
         log.seek(0, os.SEEK_END)
         size = log.tell()
@@ -143,12 +150,12 @@ def _tail(log) -> str:
 class ChildProcess:
     """One forked child and its conversation with the engine."""
 
-    def __init__(self, conn: socket.socket, log, pid: int, mem_limit: int):
+    def __init__(self, conn: socket.socket, log: IO[bytes], pid: int, mem_limit: int):
         self.conn, self.log, self.pids, self.mem_limit = conn, log, [pid], mem_limit
         self.info: dict = {}
         self.dead = False
 
-    def hello(self):
+    def hello(self) -> None:
         self.info = self._exchange(None, STARTUP_TIMEOUT_S, "starting")
         if isinstance(self.info.get("pid"), int):
             self.pids.append(self.info["pid"])
@@ -168,7 +175,7 @@ class ChildProcess:
             self.kill()  # a CUDA fault poisons the context: nothing more from this process
         return reply
 
-    def _exchange(self, msg, timeout_s, what) -> dict:
+    def _exchange(self, msg: dict | None, timeout_s: float, what: str) -> dict:
         done = threading.Event()
         why: list[str] = []
         watchdog = threading.Thread(target=self._watch, args=(done, time.monotonic() + timeout_s, why, timeout_s),
@@ -191,7 +198,7 @@ class ChildProcess:
             raise WorkerFailure("child sent a malformed reply")
         return reply
 
-    def _watch(self, done: threading.Event, deadline: float, why: list, timeout_s: float):
+    def _watch(self, done: threading.Event, deadline: float, why: list[str], timeout_s: float) -> None:
         while not done.wait(0.1):
             if time.monotonic() > deadline:
                 why.append(f"timed out after {timeout_s:.0f} s (hang or infinite loop); worker killed")
@@ -212,7 +219,7 @@ class ChildProcess:
         rest = "\n".join(ln for ln in log.splitlines() if not ln.startswith("[te-exit] "))
         return f"worker crashed while {what} ({cause}); last output:\n{rest}"
 
-    def kill(self):
+    def kill(self) -> None:
         self.dead = True
         for pid in reversed(self.pids):
             _kill_group(pid)
@@ -221,7 +228,7 @@ class ChildProcess:
         except OSError:
             pass
 
-    def close(self):
+    def close(self) -> None:
         self.kill()
         self.log.close()
 
@@ -267,7 +274,7 @@ class WorkerPool:
         self.spare_start_s = 0.0
         self._info: dict = {}
 
-    def _take(self, cancel=None, order: float | None = None):
+    def _take(self, cancel: CancelCheck | None = None, order: float | None = None) -> None:
         """A free slot, served in `order` (default: arrival): with the timing slot saturated,
         waiters woken in no particular order left some starting kernels waiting a whole run."""
         me = (time.monotonic() if order is None else order, next(self._tickets))
@@ -287,14 +294,14 @@ class WorkerPool:
             self._idle -= 1
             self._free.notify_all()
 
-    def _give_back(self, t0: float):
+    def _give_back(self, t0: float) -> None:
         with self._free:
             self._idle += 1
             self.busy_s += time.monotonic() - t0
             self._free.notify_all()
 
     @contextlib.contextmanager
-    def child(self, cancel=None, order: float | None = None):
+    def child(self, cancel: CancelCheck | None = None, order: float | None = None) -> Iterator[ChildProcess]:
         """A fresh child for one conversation, killed afterwards."""
         self._take(cancel, order)
         t0 = time.monotonic()
@@ -326,7 +333,7 @@ class WorkerPool:
             self._spare_cv.notify_all()
             return child
 
-    def _fill_spares(self):
+    def _fill_spares(self) -> None:
         """Keeps `spares` children forked and warmed (device started), in the background."""
         while True:
             with self._spare_cv:
@@ -359,7 +366,8 @@ class WorkerPool:
             return None, 0.0
         return child, (warmed.get("phase_ms") or {}).get("device_start", 0.0) / 1e3
 
-    def request(self, msg: dict, timeout_s: float, cancel=None, order: float | None = None) -> dict:
+    def request(self, msg: dict, timeout_s: float, cancel: CancelCheck | None = None,
+                order: float | None = None) -> dict:
         """One request to a fresh child; raises WorkerFailure when the child failed."""
         with self.child(cancel, order) as child:
             return child.request(msg, timeout_s)
@@ -367,7 +375,7 @@ class WorkerPool:
     def info(self) -> dict:
         return self._info
 
-    def close(self):
+    def close(self) -> None:
         with self._spare_cv:
             self._closed = True
             spare, self._spare = self._spare, []

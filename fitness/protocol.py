@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from typing import Any
 
 import torch
 
@@ -20,7 +21,7 @@ class ProtocolError(Exception):
     pass
 
 
-def _encode(obj, blobs: list):
+def _encode(obj: Any, blobs: list[memoryview]) -> Any:
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
         if t.device.type != "cpu":
@@ -29,7 +30,7 @@ def _encode(obj, blobs: list):
         span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
         flat = torch.as_strided(t, (span,), (1,), t.storage_offset()) if span else t.reshape(0)
         raw = flat.contiguous().view(torch.uint8) if span else torch.empty(0, dtype=torch.uint8)
-        blobs.append(memoryview(raw.numpy()))  # the tensor's own bytes, written out without a copy
+        blobs.append(raw.numpy().data)  # the tensor's own bytes (a view of them), written out without a copy
         return {"__tensor__": len(blobs) - 1, "dtype": str(t.dtype).removeprefix("torch."),
                 "size": list(t.shape), "stride": list(t.stride())}
     if isinstance(obj, (list, tuple)):
@@ -43,7 +44,7 @@ def _encode(obj, blobs: list):
     raise ProtocolError(f"cannot send a value of type {type(obj).__name__}")
 
 
-def _decode(obj, blobs: list, device):
+def _decode(obj: Any, blobs: list[bytearray], device: str | torch.device | None) -> Any:
     if isinstance(obj, dict):
         if "__tensor__" in obj:
             dtype = getattr(torch, obj["dtype"])
@@ -67,14 +68,14 @@ def _decode(obj, blobs: list, device):
 
 
 def send(fd: int, msg: dict) -> None:
-    blobs: list[bytes] = []
+    blobs: list[memoryview] = []
     header = json.dumps({"body": _encode(msg, blobs), "blobs": [len(b) for b in blobs]}).encode()
     _write_all(fd, _LEN.pack(len(header)) + header)
     for b in blobs:
         _write_all(fd, b)
 
 
-def recv(fd: int, device=None, max_bytes: int = 8 << 30) -> dict:
+def recv(fd: int, device: str | torch.device | None = None, max_bytes: int = 8 << 30) -> dict:
     """Read one message; `max_bytes` bounds what a misbehaving peer can make us allocate."""
     (n,) = _LEN.unpack(_read_into(fd, _LEN.size))
     if n > MAX_HEADER:
@@ -87,7 +88,7 @@ def recv(fd: int, device=None, max_bytes: int = 8 << 30) -> dict:
     return _decode(head["body"], blobs, device)
 
 
-def _write_all(fd: int, data) -> None:
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data).cast("B")
     while view:
         view = view[os.write(fd, view):]

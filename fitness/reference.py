@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import torch
 
@@ -22,6 +24,8 @@ from fitness.harness import draw_inputs
 from suites.task import Task
 
 DEVICE_BYTES = 2 << 30
+# a case's float64 outputs, and the [(dtype, shape)] the candidate's outputs must have
+Reference = tuple[list[torch.Tensor], list[tuple[str, tuple]]]
 
 
 def default_bytes() -> int:
@@ -36,23 +40,23 @@ class BytesLRU:
     """Values by key, the least recently used dropped once their bytes pass `max_bytes` (the
     newest is always kept). Not locked: its owner holds a lock around it."""
 
-    def __init__(self, max_bytes: int, size):
+    def __init__(self, max_bytes: int, size: Callable[[Any], int]):
         self.max_bytes, self.size = max_bytes, size  # size(value) -> bytes
         self._items: OrderedDict = OrderedDict()
         self._bytes = 0
 
-    def __contains__(self, key) -> bool:
+    def __contains__(self, key: Hashable) -> bool:
         return key in self._items
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def get(self, key):
+    def get(self, key: Hashable) -> Any:
         """The value (now the most recently used); KeyError where there is none."""
         self._items.move_to_end(key)
         return self._items[key]
 
-    def put(self, key, value):
+    def put(self, key: Hashable, value: Any) -> None:
         self._items[key] = value
         self._bytes += self.size(value)
         while self._bytes > self.max_bytes and len(self._items) > 1:
@@ -67,10 +71,10 @@ class ReferenceCache:
         self.device = device
         self._items = BytesLRU(max_bytes, lambda value: sum(r.numel() * r.element_size() for r in value[0]))
         self._lock = threading.Lock()
-        self._pending: dict = {}  # key -> lock held while that case is computed
+        self._pending: dict[tuple, threading.Lock] = {}  # key -> lock held while that case is computed
         self._compute = threading.Lock()
 
-    def get(self, task: Task, case: dict):
+    def get(self, task: Task, case: dict) -> Reference:
         """(float64 outputs, [(dtype, shape)] the candidate's outputs must have)."""
         key = task.case_key(case)
         with self._lock:
@@ -89,7 +93,7 @@ class ReferenceCache:
         return value
 
 
-def compute(task: Task, case: dict, device: str = "cpu"):
+def compute(task: Task, case: dict, device: str = "cpu") -> Reference:
     """Drawn from the case's seed by the workers' own function, on the device they draw on;
     on a GPU the reference stays there, where the outputs are compared."""
     args = draw_inputs(task, case, case["seed"], device if device.startswith("cuda") else "cpu")
@@ -102,14 +106,14 @@ def compute(task: Task, case: dict, device: str = "cpu"):
     return [r.cpu() for r in _float64_reference(task, args, "cpu")], expected  # the same values, on the CPU
 
 
-def _float64_reference(task: Task, args, device: str) -> list[torch.Tensor]:
+def _float64_reference(task: Task, args: tuple, device: str) -> list[torch.Tensor]:
     up = [a.to(device, torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point()
           else a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
     with torch.no_grad():
         return [r.detach() for r in as_list(task.reference(*up))]
 
 
-def expected_outputs(task: Task, args) -> list[tuple[str, tuple]]:
+def expected_outputs(task: Task, args: tuple) -> list[tuple[str, tuple]]:
     """dtype and shape of each output for inputs in the task's dtype: meta tensors if possible."""
     try:
         meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]

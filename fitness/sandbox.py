@@ -66,7 +66,7 @@ def detect(disabled: bool = False, triton_cache: str | None = None, data: tuple[
     bwrap = shutil.which("bwrap")
     if not bwrap:
         return Sandbox((), "none (bubblewrap is not installed: apt-get install bubblewrap)")
-    triton_cache = triton_cache_dir(triton_cache)
+    cache = triton_cache_dir(triton_cache)
     # the private /tmp hides whatever lives there: put back (read-only) the code and the Python
     # the worker needs, e.g. a checkout or a virtual environment under /tmp
     keep = []
@@ -74,7 +74,7 @@ def detect(disabled: bool = False, triton_cache: str | None = None, data: tuple[
         if p.startswith("/tmp/") and os.path.exists(p):
             keep += ["--ro-bind", p, p]
     prefix = (bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-              "--tmpfs", "/tmp", *keep, "--bind", str(triton_cache), str(triton_cache),
+              "--tmpfs", "/tmp", *keep, "--bind", str(cache), str(cache),
               "--unshare-net", "--unshare-ipc", "--die-with-parent")
     try:
         probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=30)
@@ -84,7 +84,7 @@ def detect(disabled: bool = False, triton_cache: str | None = None, data: tuple[
         err = (probe.stderr.strip().splitlines() or ["exit code %d" % probe.returncode])[-1]
         return Sandbox((), f"none (bubblewrap is installed but cannot run here: {err})")
     return Sandbox(prefix, "bubblewrap (read-only filesystem, private /tmp, no network)",
-                   str(clean_cache_dir(str(triton_cache))))
+                   str(clean_cache_dir(str(cache))))
 
 
 def _needed_paths() -> set[str]:

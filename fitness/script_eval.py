@@ -9,11 +9,13 @@ out. A reference that fails here makes the task `invalid-here`, with the reason.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fitness.compare import compare_tree, count_elements, is_weak
-from fitness.pool import Cancelled, WorkerFailure
+from fitness.pool import CancelCheck, Cancelled, WorkerFailure, WorkerPool
 from suites.script import GIVEN
+from suites.task import Task
 
 MAX_TIMED = 6  # benchmark inputs timed per candidate (spread over the suite's list, largest usable included)
 HELDOUT_PERF = 2
@@ -62,13 +64,14 @@ def perf_case(split: str, index: int, seed: int) -> dict:
 
 
 class ScriptReferences:
-    def __init__(self, pool, seeds: tuple[int, ...], interpret: bool, timeout_s: float, spec):
+    def __init__(self, pool: WorkerPool, seeds: tuple[int, ...], interpret: bool, timeout_s: float,
+                 spec: Callable[[Task], dict]):
         self.pool, self.seeds, self.interpret, self.timeout_s, self.spec = pool, seeds, interpret, timeout_s, spec
         self._items: dict[str, ScriptReference] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def get(self, task, cancel=None) -> ScriptReference:
+    def get(self, task: Task, cancel: CancelCheck | None = None) -> ScriptReference:
         """The task's reference results, computed once however many candidates wait for them;
         raises Cancelled when `cancel()` turns true while waiting (nothing is cached then)."""
         with self._lock:
@@ -83,14 +86,14 @@ class ScriptReferences:
         finally:
             lock.release()
 
-    def _run(self, task, cases: list[dict], count: bool, cancel=None) -> dict:
+    def _run(self, task: Task, cases: list[dict], count: bool, cancel: CancelCheck | None = None) -> dict:
         req = {"op": "script", "reference": True, "task": self.spec(task), "cases": cases, "count": count}
         try:
             return self.pool.request(req, 2 * self.timeout_s, cancel)
         except WorkerFailure as e:
             return {"error": str(e)}
 
-    def _compute(self, task, cancel=None) -> ScriptReference:
+    def _compute(self, task: Task, cancel: CancelCheck | None = None) -> ScriptReference:
         tests = self.test_cases()
         reply = self._run(task, tests, not self.interpret, cancel)
         if reply.get("error"):
@@ -133,7 +136,7 @@ class ScriptReferences:
         return sorted(cases, key=lambda c: c["split"] != "tuning")  # tuning first: the reply stops at a failure
 
     @staticmethod
-    def check(task, ref: ScriptReference, case: dict, result: dict | None) -> str:
+    def check(task: Task, ref: ScriptReference, case: dict, result: dict | None) -> str:
         if not result or "tree" not in result:
             return "no result returned"
         expected = ref.results[key(case)]

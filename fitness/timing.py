@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -54,6 +55,10 @@ def passes_for(n_sets: int, in_bytes: int, t_one_ms: float, l2_bytes: int) -> in
     return int(max(1, min(math.ceil(REGION_MS / max(n_sets * t_one_ms, 1e-4)), 16)))
 
 
+def _unprepared() -> None:
+    raise RuntimeError("the side's timed region was not prepared")
+
+
 _FLUSH: list[torch.Tensor] = []  # one L2-flushing buffer per process, shared by its sides
 
 
@@ -75,7 +80,7 @@ class TimedSide:
         self.graph_outs: list = []  # the graph's outputs, per set (an eager region keeps none)
         self.uncapturable = False
         self.method = ""
-        self.run = None
+        self.run: Callable[[], object] = _unprepared  # the timed region, once prepare() made it
         self.cal: dict = {}  # what calibrate() found, kept with a side the baseline reuses
 
     def nbytes(self) -> int:

@@ -23,7 +23,9 @@ import json
 import os
 import re
 import tempfile
-from types import SimpleNamespace
+from collections.abc import Iterable
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -104,7 +106,7 @@ class Recorder(TorchDispatchMode):
         return {"t": self._id(t, produced), "off": t.storage_offset(), "size": list(t.shape),
                 "stride": list(t.stride()), "dtype": str(t.dtype).removeprefix("torch.")}
 
-    def encode(self, x, produced: bool = False):
+    def encode(self, x: Any, produced: bool = False) -> Any:
         if isinstance(x, torch.Tensor):
             if type(x) is not torch.Tensor and not isinstance(x, torch.nn.Parameter):
                 self.problem = f"a {type(x).__name__} (not a plain tensor) reached the device work"
@@ -137,12 +139,12 @@ class Recorder(TorchDispatchMode):
         return out
 
     # -- launches --------------------------------------------------------------------------
-    def launch_compiled(self, kernel, grid: tuple, args: tuple):
+    def launch_compiled(self, kernel: Any, grid: tuple, args: tuple) -> None:
         key = str(getattr(kernel, "hash", id(kernel)))
         if key not in self.kernels:
             self.kernels[key] = describe_compiled(kernel)
         signature = list(self.kernels[key]["signature"].values())
-        enc = []
+        enc: list = []
         for i, a in enumerate(args):
             kind = signature[i] if i < len(signature) else ""
             if kind == "constexpr":
@@ -154,7 +156,7 @@ class Recorder(TorchDispatchMode):
                 enc.append(self.encode(a))
         self.events.append({"kind": "launch", "kernel": key, "grid": [int(g) for g in grid], "args": enc})
 
-    def launch_interpreted(self, fn, grid, args: tuple, kwargs: dict):
+    def launch_interpreted(self, fn: Any, grid: Iterable[int], args: tuple, kwargs: dict) -> None:
         self.events.append({"kind": "launch", "kernel": f"{fn.__module__}:{fn.__qualname__}",
                             "grid": [int(g) for g in grid], "args": self.encode(args),
                             "kwargs": self.encode(kwargs)})
@@ -165,7 +167,7 @@ class Recorder(TorchDispatchMode):
                 "snapshots": {str(k): v for k, v in self.snapshots.items()}, "problem": self.problem}
 
 
-def describe_compiled(kernel) -> dict:
+def describe_compiled(kernel: Any) -> dict:
     """What a process that never saw the candidate needs to launch a compiled kernel again."""
     group = getattr(kernel, "metadata_group", None) or {}
     meta = next((open(p).read() for name, p in group.items() if name.endswith(".json")), None)
@@ -184,7 +186,7 @@ def describe_compiled(kernel) -> dict:
             "module": getattr(fn, "__module__", "") or getattr(fn, "module", "")}
 
 
-def _plain(v):
+def _plain(v: object) -> object:
     if isinstance(v, (bool, int, float, str)) or v is None:
         return v
     inner = getattr(v, "value", v)
@@ -195,7 +197,7 @@ def _plain(v):
 class Replayer:
     """Runs a trace again on given inputs, in a clean process; `count` is the torch work done."""
 
-    def __init__(self, trace: dict, device: str, module=None):
+    def __init__(self, trace: dict, device: str, module: ModuleType | None = None):
         self.trace = trace
         self.device = device
         self.module = module  # interpreter only: where the recorded kernel functions live
@@ -298,7 +300,7 @@ class Replayer:
             fn.run(*args, grid=grid, warmup=False, **kwargs)
 
 
-def interpreted_kernel(module, key: str):
+def interpreted_kernel(module: ModuleType, key: str) -> Any:
     """The module's @triton.jit function recorded as 'module:qualname', under any wrappers."""
     mod, _, qualname = key.partition(":")
     if mod != module.__name__:
@@ -316,10 +318,10 @@ def interpreted_kernel(module, key: str):
     raise ReplayError(f"the recorded kernel {qualname} is not a kernel of the module")
 
 
-_LOADED: dict[str, object] = {}  # this process's kernels by their description's digest
+_LOADED: dict[str, Any] = {}  # this process's kernels (CompiledKernel) by their description's digest
 
 
-def load_compiled(desc: dict):
+def load_compiled(desc: dict) -> Any:
     """A Triton CompiledKernel rebuilt from a recorded description, through Triton's own loader;
     once per process for each distinct kernel (a candidate's shapes and cases share theirs)."""
     try:
@@ -333,7 +335,7 @@ def load_compiled(desc: dict):
     return _LOADED[digest]
 
 
-def _load_compiled(desc: dict):
+def _load_compiled(desc: dict) -> Any:
     from triton.backends.compiler import GPUTarget  # noqa: F401 - imported for CompiledKernel's json
     from triton.compiler.compiler import CompiledKernel
 
@@ -350,8 +352,8 @@ def _load_compiled(desc: dict):
     paths = {f: os.path.join(folder, f) for f in (f"{name}.json", f"{name}.{ext}")}
     with open(paths[f"{name}.json"], "w") as f:
         f.write(desc["metadata"])
-    with open(paths[f"{name}.{ext}"], "wb") as f:
-        f.write(bytes(desc["binary"].numpy().tobytes()))
+    with open(paths[f"{name}.{ext}"], "wb") as fb:
+        fb.write(bytes(desc["binary"].numpy().tobytes()))
     constants = {}
     for k, v in desc["constants"].items():
         key = json.loads(k)
@@ -369,7 +371,7 @@ _IDENT = re.compile(r"\w{1,128}")  # an argument's name (or index)
 _CONST = re.compile(r"[\w.\[\]*, ]{0,128}")  # "fp32", "triton.language.float32", ""
 
 
-def _check_signature(desc: dict):
+def _check_signature(desc: dict) -> None:
     """Triton writes the C launcher for a kernel from its signature, and a clean child builds it
     (and keeps it in the clean cache): only type names, identifiers and plain constants get that
     far, never text that could become code."""
@@ -386,7 +388,7 @@ def _check_signature(desc: dict):
             raise ReplayError("a kernel constant in the trace is not a plain value")
 
 
-def launch_compiled(kernel, grid: tuple, args: list):
+def launch_compiled(kernel: Any, grid: tuple, args: list) -> None:
     from triton.runtime.driver import driver
 
     device = driver.active.get_current_device()

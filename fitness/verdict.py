@@ -51,9 +51,9 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def speedup_from_rows(rows: list[dict], peaks: dict | None, floor: bool = True) -> tuple[float, list[str]]:
-    """Geometric mean of per-shape speedups, each time floored at the roofline time. `floor`
-    False: the cost model is the suite's estimate, so it only flags, never clamps."""
+def speedup_from_rows(rows: list[dict], peaks: dict | None, floor: bool = True) -> tuple[float | None, list[str]]:
+    """Geometric mean of per-shape speedups, each time floored at the roofline time (None for
+    no rows). `floor` False: the cost model is the suite's estimate, so it only flags, never clamps."""
     flags = []
     for r in rows:
         floor_ms = 0.0
@@ -66,7 +66,7 @@ def speedup_from_rows(rows: list[dict], peaks: dict | None, floor: bool = True) 
             flags.append("faster-than-roofline")
         r["speedup"] = b / c if c > 0 else float("inf")
     speedup = geomean(r["speedup"] for r in rows)
-    if speedup > SUSPICIOUS_SPEEDUP:
+    if speedup is not None and speedup > SUSPICIOUS_SPEEDUP:
         flags.append(f"speedup-over-{SUSPICIOUS_SPEEDUP:g}x-review")
     return speedup, sorted(set(flags))
 

@@ -51,7 +51,7 @@ def _serve_child(conn_fd: int, log_fd: int, read_only: tuple[str, ...], clean: b
     Child(*state).serve(conn_fd, how)
 
 
-def main():
+def main() -> None:
     ctl = socket.socket(fileno=int(sys.argv[1]))
     os.dup2(2, 1)  # nothing printed here may reach a channel
     import torch  # noqa: F401 - imported once here, shared by every child

@@ -1,0 +1,110 @@
+"""What a clean child keeps for the GPU timing: its prepared shapes, and the device's ceilings.
+
+A timing child (the baseline, or a candidate's replay) prepares each timed shape before the
+measuring turn (fitness.measuring): draws, warm-up, input sets, graph. The baseline child keeps
+its prepared shapes across candidates, one per shape and epoch of draws, so they are held here by
+slot, the least recently used dropped past a share of the GPU's memory. Apart from fitness.child,
+which loads the code to be timed; fitness.timing holds how one side is timed.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+import torch
+
+from fitness.timing import TimedSide
+from suites.script import to_wire
+
+# GPU memory a timing child keeps in prepared shapes (input sets up to 2 GiB each, fitness.timing),
+# as a share of the device's: the baseline child keeps every shape of a search's epoch. H100
+# builtin at a fixed 12 GiB: its sides were dropped and prepared again inside the turn (0.2 s of
+# the 0.7 s each candidate held it)
+KEEP_SIDES_SHARE = 0.3
+
+
+class PreparedSides:
+    """The timed shapes a child holds prepared, by slot, and the one the measuring turn opened."""
+
+    def __init__(self) -> None:
+        self.side: TimedSide | None = None  # the shape being measured
+        # shapes prepared for a later turn, by slot; the baseline child keeps its sides across
+        # candidates (one per shape and epoch of draws), the least recently used dropped past a budget
+        self.sides: OrderedDict[str, TimedSide] = OrderedDict()
+
+    def prepare(self, slot: str, side: TimedSide, cost: Callable[[], list] | None) -> dict:
+        """The side warmed up and calibrated, kept under `slot`; `cost`: the suite's cost model
+        of the shape, for the reply (run only on the clean side that may run suite code)."""
+        reply = side.calibrate()  # warm-up (launcher, module load) and the time of one call
+        if cost is not None:
+            reply["cost"] = cost()
+        side.cal = reply
+        self.sides[slot] = side
+        self._trim(slot)
+        return reply
+
+    def _trim(self, keep: str) -> None:
+        """Least recently used sides dropped (never `keep`) until the kept ones fit the budget."""
+        total = sum(s.nbytes() for s in self.sides.values())
+        budget = KEEP_SIDES_SHARE * torch.cuda.get_device_properties(0).total_memory
+        for slot in [k for k in self.sides if k != keep]:
+            if total <= budget:
+                break
+            total -= self.sides.pop(slot).nbytes()
+
+    # -- the timing requests (fitness.measuring), answered from the prepared sides -------------
+    def open(self, req: dict) -> dict:
+        """The measuring turn begins on a prepared slot: what it holds, or that it is gone."""
+        slot = str(req["slot"])
+        if slot not in self.sides:
+            return {"missing": True}
+        self.sides.move_to_end(slot)
+        self.side = self.sides[slot]
+        return {"cal": self.side.cal, "method": self.side.method, "n_sets": len(self.side.sets)}
+
+    def sets(self, req: dict) -> dict:
+        """The input sets and (graph) the captured region of a prepared slot."""
+        method = self.sides[str(req["slot"])].prepare(int(req["n_sets"]), bool(req.get("graph", True)))
+        self._trim(str(req["slot"]))
+        return {"method": method}
+
+    def trial(self, req: dict) -> dict:
+        """`reps` timed regions back to back (draws k, k+1, ...): one round trip for several."""
+        k, passes = int(req["k"]), int(req.get("passes", 1))
+        if self.side is None:
+            raise RuntimeError("a trial before the measuring turn opened a side")
+        side = self.side
+        return {"ms": [side.trial(k + j, passes) for j in range(max(1, int(req.get("reps", 1))))]}
+
+    def check(self, req: dict) -> dict:
+        """Outputs of the picked sets on the third draw; `drop`: the slot is done with."""
+        slot = str(req["slot"])
+        outs = self.sides[slot].check([int(i) for i in req["picks"]])
+        if req.get("drop", True):
+            del self.sides[slot]
+        return {"outputs": [to_wire(o) for o in outs]}
+
+
+def peaks() -> dict:
+    """Measured ceilings: device-to-device copy bandwidth and bf16 matmul rate."""
+    n = 1 << 28  # 1 GiB of float32
+    src = torch.randn(n, device="cuda")
+    dst = torch.empty_like(src)
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t_copy, t_mm = _median_ms(lambda: dst.copy_(src)), _median_ms(lambda: a @ a)
+    return {"bandwidth_Bps": 2 * n * 4 / (t_copy * 1e-3), "flops": 2 * 8192 ** 3 / (t_mm * 1e-3),
+            "l2_bytes": torch.cuda.get_device_properties(0).L2_cache_size, "device": torch.cuda.get_device_name()}
+
+
+def _median_ms(fn: Callable[[], object], reps: int = 10) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]

@@ -1,0 +1,105 @@
+"""The correctness stage: a candidate's cases run in a fresh child of its own, one request each,
+and what the verdict says of them.
+
+The child (fitness.child) imports the candidate and runs each case it is sent, learning a case
+only when it runs it; its outputs are compared here, in the engine, with the oracle the task's
+judge names (fitness.judges). Each call's launch trace comes back too, one per (split, shape,
+dtype), for the replay that decides whether the candidate's own kernels did the work
+(fitness.evaluator).
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from fitness.pool import CancelCheck, WorkerFailure
+from fitness.verdict import Verdict
+from suites.task import Task
+
+if TYPE_CHECKING:
+    from fitness.evaluator import Evaluator
+
+
+def trace_key(case: dict) -> tuple:
+    """One trace per (split, shape, dtype): the last seed's call (autotuning and compiles done)."""
+    return case["split"], repr(sorted(case["shape"].items())), case["dtype"]
+
+
+def add_phases(total: dict, more: dict | None) -> None:
+    for k, ms in (more or {}).items():
+        total[k] = round(total.get(k, 0.0) + ms, 2)
+
+
+def run_correctness(ev: Evaluator, task: Task, source: str, v: Verdict, cancel: CancelCheck | None = None,
+                    order: float | None = None) -> dict | None:
+    """Runs the cases in a fresh child, one request each; the traces of the calls by
+    (split, shape, dtype), or None when the candidate failed."""
+    spec = ev.task_spec(task)
+    planned = ev.judge(task).cases(v, cancel)
+    if planned is None:
+        return None
+    cases, check = planned
+    t0 = time.monotonic()
+    traces: dict = {}
+    failed: dict | None = None
+    reply: dict = {}
+    compare_s = 0.0
+    try:
+        with ev.pool.child(cancel, order) as child:
+            v.device = child.info.get("device", "")
+            v.sandbox = f"{ev.sandbox.description}; candidate's process: {child.info.get('how', '?')}"
+            reply = child.request({"op": "import", "source": source, "task": spec}, ev.config.timeout_s)
+            v.stage = reply.get("stage", "parse")
+            v.phases["worker_ms"] = dict(reply.get("phase_ms") or {})
+            for case in cases if not reply.get("error") else []:
+                reply = child.request({"op": "case", "task": spec, "case": case}, ev.config.timeout_s)
+                add_phases(v.phases["worker_ms"], reply.get("phase_ms"))
+                if reply.get("error"):
+                    failed = case
+                    break
+                v.stage = "call"
+                if reply.get("trace") is not None:
+                    traces[trace_key(case)] = (case, reply["trace"])
+                if case["split"] == "timing":
+                    continue
+                t1 = time.monotonic()
+                problem = check(case, ev.for_comparison(reply))
+                compare_s += time.monotonic() - t1
+                v.cases.append({**case, "ok": not problem, "error": problem})
+    except WorkerFailure as e:
+        v.reason = str(e)
+        v.flags.append("worker-replaced")
+        return None
+    v.phases.update(worker_s=round(time.monotonic() - t0 - compare_s, 3), reference_compare_s=round(compare_s, 3))
+    if reply.get("error"):
+        v.cases.append({**(failed or {}), "ok": False, "error": reply["error"]})
+        v.reason = reply["error"] if not failed else \
+            f"{failed.get('split')} case {failed.get('shape')} {failed.get('dtype')}: {reply['error']}"
+        if reply.get("fatal"):
+            v.flags.append("worker-replaced")
+        v.stage = reply.get("stage", "parse")
+    return traces if judge_cases(v, cases, failed) else None
+
+
+def judge_cases(v: Verdict, cases: list[dict], failed: dict | None) -> bool:
+    """Whether the candidate goes on (to the replay and timing); sets its correct and
+    held-out flags, and the reason of a wrong result."""
+    tuning = [c for c in v.cases if c.get("split") == "tuning"]
+    heldout = [c for c in v.cases if c.get("split") == "heldout"]
+    n_tuning = sum(c["split"] == "tuning" for c in cases)
+    n_heldout = sum(c["split"] == "heldout" for c in cases)
+    v.correct = len(tuning) == n_tuning and all(c["ok"] for c in tuning)
+    v.heldout_correct = len(heldout) == n_heldout and all(c["ok"] for c in heldout)
+    # a kernel right on every tuning case goes on to timing even when a held-out case failed:
+    # held-out shapes decide what is exported, not what the search breeds from
+    if failed is not None and not (v.correct and failed.get("split") == "heldout"):
+        return False
+    bad = next((c for c in v.cases if not c["ok"]), None)
+    if bad:
+        if not v.reason:
+            v.reason = f"wrong result on {bad['split']} shape {bad['shape']} {bad['dtype']} " \
+                       f"(seed {bad['seed']}): {bad['error']}"
+        if not v.correct:
+            return False
+    v.stage = "correct"
+    return True

@@ -1,0 +1,90 @@
+"""One round of timed trials inside the measuring turn, and how its evidence is judged.
+
+The candidate's replay child and the baseline child take turns, request by request, each request
+a few timed regions; every time a child reports must fit inside the engine's own clock for that
+request, and a side stops once its spread says more trials would not move its median. Apart from
+fitness.measuring, which decides what is timed when (the turn, the epochs of draws, the kept
+baseline trials): this module only runs and judges one round.
+"""
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from fitness.evaluator import EvalConfig
+
+NOISY = 0.1  # interquartile range over median of a side's trials that flags a shape
+STEADY = 0.01  # a spread under which more trials would not move the median (H100 graphs: 0.1-0.5%)
+# timed regions per request, the sides still alternating request by request: H100 builtin, a
+# request's round trip under a search's load was ~3 ms against ~1 ms of timed region, and
+# the round trips held more of the measuring turn than the regions (0.42 of 0.77 s per candidate)
+TRIAL_REPS = 3
+
+
+class TimingRejected(Exception):
+    """A timing whose evidence did not check out; the message says which."""
+
+
+class TimingChild(Protocol):
+    """What the timing asks of a clean child (fitness.pool.ChildProcess): a reply per request."""
+
+    def request(self, msg: dict, timeout_s: float) -> dict: ...
+
+
+def checked(reply: dict, side: str) -> dict:
+    """The reply of side "c" (the replayed kernels) or "b" (the baseline); TimingRejected when it failed."""
+    if reply.get("error"):
+        raise TimingRejected(f"{'the baseline' if side == 'b' else 'the replayed kernels'}: {reply['error']}")
+    return reply
+
+
+def spread(times: list[float]) -> float:
+    q = statistics.quantiles(times, n=4)
+    return (q[2] - q[0]) / statistics.median(times)
+
+
+def noisy(times: dict[str, list[float]]) -> bool:
+    return max(spread(times["c"]), spread(times["b"])) > NOISY
+
+
+def alternate(sides: dict[str, TimingChild], n: int, passes: int, spent: dict[str, float], config: EvalConfig,
+              track: bool = False) -> dict[str, list[float]]:
+    """Alternating requests of TRIAL_REPS trials each, the order flipped each round; the
+    times a request reports must fit inside the engine's own clock for it. `track`: the
+    baseline runs in the first round only (its kept trials stand for the rest). `spent` gets
+    the seconds of the timed regions and of the children's handling (the rest of a
+    request's wall time is the round trip)."""
+    times: dict[str, list[float]] = {"c": [], "b": []}
+    most = config.trials
+    enough = max(min(config.min_trials, most), 2)
+    steady = ("c",) if track else ("c", "b")
+    for r in itertools.count():
+        i = len(times["c"])
+        if i >= most or (i >= enough and max(spread(times[k]) for k in steady) <= STEADY):
+            break
+        reps = min(TRIAL_REPS, most - i, enough - i if i < enough else most)  # a stop can come at `enough`
+        order = ("c", "b") if r % 2 == 0 else ("b", "c")
+        for k in (order if not track or r == 0 else ("c",)):
+            req = {"op": "trial", "k": i, "passes": passes, "reps": reps}
+            times[k].extend(_one_request(sides[k], k, req, n, spent, config.timing_timeout_s))
+    return times
+
+
+def _one_request(child: TimingChild, side: str, req: dict, n: int, spent: dict[str, float],
+                 timeout_s: float) -> list[float]:
+    """One request's trials, in ms per input set (`n` sets, `req["passes"]` passes a region)."""
+    t = time.perf_counter()
+    reply = checked(child.request(req, timeout_s), side)
+    ms = [float(x) for x in reply["ms"]]
+    wall_ms = (time.perf_counter() - t) * 1e3
+    region_ms = sum(ms) * n * req["passes"]
+    spent["trial_regions"] = spent.get("trial_regions", 0.0) + region_ms / 1e3
+    handled = (reply.get("phase_ms") or {}).get("handle", 0.0)
+    spent["trial_in_child"] = spent.get("trial_in_child", 0.0) + handled / 1e3
+    if len(ms) != req["reps"] or not (min(ms) > 0 and region_ms <= wall_ms * 1.02 + 0.5):
+        raise TimingRejected(f"reported times ({region_ms:.3f} ms in all) are not inside the engine's "
+                             f"clock for that request ({wall_ms:.3f} ms)")
+    return ms
