@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from dataclasses import replace
@@ -276,6 +277,7 @@ def main(argv=None) -> int:
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help", "--version"):
         argv.insert(0, "search")  # the main command: `run.py --suite S --islands N`
     args = build_parser().parse_args(argv)
+    _log_to_stderr()
     try:
         return {"search": cmd_search, "check": cmd_check, "validate": cmd_validate,
                 "list": cmd_list, "llm-batch": cmd_llm_batch, "report": cmd_report}[args.command](args)
@@ -288,6 +290,16 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # `run.py list --json | head`: the reader is gone, not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 141
+
+
+def _log_to_stderr() -> None:
+    """The engine's diagnostics (worker restarts, LLM retries, timing failures, operators that
+    ran dry) go to `logging`; TRITON_EVOLVE_LOG=info (or debug) shows them. The default shows
+    warnings only, so a command's own output stays plain."""
+    name = os.environ.get("TRITON_EVOLVE_LOG", "warning").upper()
+    level = logging.getLevelName(name)
+    logging.basicConfig(level=level if isinstance(level, int) else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
 
 
 def _sigterm_as_ctrl_c():

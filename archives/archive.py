@@ -141,11 +141,11 @@ class Archive:
             self.prepare_to_write()
             with self.db.conn:
                 return self._insert("runs", {"suite": suite, "config": json.dumps(config, sort_keys=True),
-                                             "started": now, "updated": now, "status": "running"})
+                                             "started": now, "updated": now, "status": rec.RunStatus.RUNNING.value})
 
-    def set_status(self, run_id: int, status: str) -> None:
+    def set_status(self, run_id: int, status: rec.RunStatus) -> None:
         with self.lock, self.db.conn:
-            self.db.table("runs").update(run_id, {"status": status, "updated": time.time()})
+            self.db.table("runs").update(run_id, {"status": status.value, "updated": time.time()})
 
     def add_session(self, run_id: int, stats: dict) -> int:
         with self.lock:

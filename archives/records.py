@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Mapping
 
 TOOL = "triton-evolve"
@@ -48,6 +49,16 @@ def candidates_query(where: str, verdicts: bool = False) -> str:
             f" from candidates c left join evaluations e on e.candidate_id = c.id where {where} order by c.id")
 
 
+class RunStatus(StrEnum):
+    """What a command's end leaves a run as (the runs table's status); all but FINISHED resume."""
+
+    RUNNING = "running"  # a command is searching (or died without a clean exit)
+    FINISHED = "finished"
+    STOPPED = "stopped"  # the time limit ended it with tasks unfinished
+    INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM
+    WAITING = "waiting"  # --llm-exchange: requests written, answers not here yet
+
+
 @dataclass(frozen=True)
 class Run:
     """One search in an archive (--fresh starts another in the same file)."""
@@ -55,7 +66,7 @@ class Run:
     id: int
     suite: str
     config: dict[str, Any]  # the options a resume must keep, and the others it was started with
-    status: str  # running, finished, stopped, interrupted, waiting
+    status: str  # a RunStatus value (kept as read: an archive may hold one this version lacks)
     started: float | None = None
     updated: float | None = None
 

@@ -21,8 +21,7 @@ from typing import Any, Callable
 from archives.archive import Archive
 from archives.metrics import best_kernel, rank
 from archives.records import Candidate
-from fitness.verdict import geomean
-from suites.validation import untimeable_start
+from fitness.verdict import geomean, untimeable_start
 
 HEADER = "# triton-evolve export:"
 Retimer = Callable[[str, str], "float | None"]
@@ -70,7 +69,7 @@ def _entry(name: str, evaluated: list[Candidate], passed_over: list[Candidate], 
         entry["status"] = "invalid-here"  # the suite's reference fails on this machine
     if start is not None:
         entry["start_speedup"] = start.speedup
-        why = untimeable_start(start.error) if best is None else ""
+        why = untimeable_start(start.flags, start.error) if best is None else ""
         if why:
             entry["note"] = why
     return entry

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from archives.archive import Archive
+from archives.records import RunStatus
 from evolve.config import LLMConfig, RunConfig, SearchConfig
 from evolve.evaluating import SearchEvaluator
 from evolve.export import export
@@ -38,13 +39,13 @@ class SearchError(Exception):
 @dataclass(frozen=True)
 class SearchResult:
     run_id: int
-    status: str  # what the run is left as: finished, stopped, interrupted, waiting
+    status: RunStatus  # what the run is left as
     ends: dict[str, TaskEnd]  # per task, why its search ended in this command
     summary: dict[str, Any]  # the export's summary (evolve/export.py)
 
     @property
     def exit_code(self) -> int:
-        return 130 if self.status == "interrupted" else EXIT_WAITING if self.status == "waiting" else 0
+        return {RunStatus.INTERRUPTED: 130, RunStatus.WAITING: EXIT_WAITING}.get(self.status, 0)
 
 
 def stored_config(run: RunConfig, search: SearchConfig) -> dict[str, Any]:
@@ -118,7 +119,7 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         print_summary(summary, run.export)
         status = run_status(interrupted, ends)
         if llm_state:
-            llm_state.finish(status == "waiting")
+            llm_state.finish(status is RunStatus.WAITING)
         archive.set_status(run_id, status)
     finally:
         evaluator.close()

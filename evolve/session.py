@@ -12,6 +12,7 @@ from typing import Any
 
 from archives.archive import Archive
 from archives.metrics import aa_noise, session_rates
+from archives.records import RunStatus
 from evolve.config import RunConfig, SearchConfig
 from evolve.evaluating import SearchEvaluator
 from evolve.progress import Progress
@@ -91,19 +92,19 @@ class Session:
                  "units": json.dumps([asdict(u) for u in ev.units(self.progress.evals)]),
                  "correctness_busy_s": round(ev.correctness_busy_s, 3),
                  "timing_busy_s": None if busy is None else round(busy, 3),
-                 "status": run_status(interrupted, self.ends), "aa_n": len(aa_speedups),
+                 "status": run_status(interrupted, self.ends).value, "aa_n": len(aa_speedups),
                  "aa_median": aa[0] if aa else None, "aa_p90": aa[1] if aa else None}
         self.archive.add_session(self.run_id, stats)
         print(session_line(stats), flush=True)
 
 
-def run_status(interrupted: bool, ends: dict[str, TaskEnd]) -> str:
-    """What a command's end leaves the run as; all but "finished" resume. "stopped": the time
-    limit ended it with tasks unfinished."""
+def run_status(interrupted: bool, ends: dict[str, TaskEnd]) -> RunStatus:
+    """What a command's end leaves the run as."""
     if interrupted:
-        return "interrupted"
+        return RunStatus.INTERRUPTED
     halts = {e.halt for e in ends.values()}
-    return "waiting" if Halt.WAITING in halts else "stopped" if Halt.STOPPED in halts else "finished"
+    return RunStatus.WAITING if Halt.WAITING in halts else RunStatus.STOPPED if Halt.STOPPED in halts \
+        else RunStatus.FINISHED
 
 
 def _wait(futures: list[Future], stop: threading.Event) -> bool:

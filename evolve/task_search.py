@@ -20,6 +20,7 @@ island's failed children of the previous generation, up to half the places; the 
 from __future__ import annotations
 
 import enum
+import logging
 import random
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,10 +34,11 @@ from evolve.breeding import AWAITING, Brood, Draw, Job, Proposal, breed
 from evolve.config import SearchConfig
 from evolve.policies import Policy
 from evolve.population import Kernel
-from fitness.verdict import Verdict
+from fitness.verdict import Verdict, untimeable_start
 from operators.base import Child, Context, Exhausted, Parent, Pending, WeightedOperator
 from suites.task import Task
-from suites.validation import untimeable_start
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["START_ISLAND", "Halt", "SearchConfig", "Shared", "TaskEnd", "TaskSearch"]
 
@@ -175,7 +177,7 @@ class TaskSearch:
             # result that differs from itself) no child can be judged on, and each try may crash
             # the timing worker, whose restart loses its caches (seen on the H100: TritonBench's
             # token_softmax_llama and triton_attention cut the run's timing throughput by half)
-            self.invalid = untimeable_start(start.candidate.error)
+            self.invalid = untimeable_start(start.candidate.flags, start.candidate.error)
         if self.invalid:
             return None
         seeds = [[start.copy()] for _ in range(self.config.islands)]
@@ -268,6 +270,7 @@ class TaskSearch:
             self.waiting = True
             return AWAITING
         except Exhausted as e:
+            logger.info("%s: operator %s can make nothing more: %s", self.task.name, op.name, e)
             with self.lock:
                 self.exhausted = str(e)
                 self.operators = [w for w in self.operators if w.operator is not op and

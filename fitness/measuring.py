@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import random
 import statistics
 import threading
@@ -25,9 +26,11 @@ from fitness.timing import n_sets_for, passes_for
 from fitness.trials import NOISY, TimingChild, TimingRejected, alternate, checked, noisy, spread
 from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
 from fitness.trials import TRIAL_REPS as TRIAL_REPS
-from fitness.verdict import Verdict, speedup_from_rows
+from fitness.verdict import TIMING_FAILED, Verdict, speedup_from_rows
 from suites.script import tensors_of
 from suites.task import Task
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from fitness.evaluator import Evaluator
@@ -109,6 +112,8 @@ class MeasuringTurn:
             plans, rows = self._turn(task, timed, replay, base_src, cancel, marks)
         except (WorkerFailure, TimingRejected) as e:
             v.reason = f"timing: {e}"
+            logger.info("%s: timing failed: %s", task.name, str(e).splitlines()[0] if str(e) else type(e).__name__)
+            v.flags.append(TIMING_FAILED)
             v.correct = False  # a kernel that cannot be timed (hang, crash, a failed check) is no parent
             if isinstance(e, WorkerFailure):
                 v.flags.append("worker-replaced")

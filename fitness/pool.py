@@ -12,6 +12,7 @@ import contextlib
 import heapq
 import itertools
 import json
+import logging
 import os
 import secrets
 import signal
@@ -28,6 +29,8 @@ from typing import IO
 
 from fitness import protocol
 from fitness.sandbox import Sandbox, worker_env
+
+logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 180.0
@@ -106,6 +109,7 @@ class Zygote:
                     socket.send_fds(ctl, [b"fork"], [b.fileno(), log.fileno()])
                     reply = json.loads(ctl.recv(1 << 16) or b"{}")
                 except (OSError, ValueError) as e:
+                    logger.warning("zygote stopped answering (%s); starting it again", e)
                     self.close()
                     raise WorkerFailure(f"the zygote stopped answering ({e}); it is started again") from None
             if "pid" not in reply:

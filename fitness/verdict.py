@@ -4,6 +4,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from suites.validation import short_reason
+
+# set when a kernel passed correctness but the timing worker could not time it (hang, crash, a
+# failed check in the timing replay); the reason says why
+TIMING_FAILED = "timing-failed"
 
 # the cascade, in order; `stage` is the last one a candidate reached ("none": it failed the gate)
 STAGES = ("none", "parse", "compile", "call", "correct", "timed")
@@ -38,6 +45,14 @@ class Verdict:
         d = asdict(self)
         d["passed"] = self.passed
         return d
+
+
+def untimeable_start(flags: Sequence[str], reason: str) -> str:
+    """Why the timing worker cannot time a task's starting kernel ('' when it could, or when the
+    failure was running out of GPU memory: other processes can cause that)."""
+    if TIMING_FAILED not in flags or "out of memory" in reason.lower():
+        return ""
+    return "its starting kernel cannot be timed here: " + short_reason(reason)
 
 
 def geomean(values: Iterable[float]) -> float | None:

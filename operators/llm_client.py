@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import threading
 import time
 from dataclasses import dataclass, field
 
 from operators.base import Exhausted, Pending
+
+logger = logging.getLogger(__name__)
 
 # USD per million (prompt, completion) tokens, as published in 2025; matched by longest prefix of
 # the model name. Local servers (vLLM, SGLang, Ollama) are free: unknown models cost 0 unless the
@@ -215,6 +218,7 @@ class LLMClient:
             except openai.OpenAIError as e:  # e.g. a body that is not a chat completion
                 return None, {}, attempt, time.monotonic() - t0, f"bad response: {_short(e)}", None
             if attempt <= self.config.retries:
+                logger.info("LLM call attempt %d failed (%s); retrying", attempt, error)
                 delay = min(60.0, self.config.backoff_s * 2 ** (attempt - 1)) * (0.5 + rng.random() / 2)
                 time.sleep(min(60.0, retry_after) if retry_after is not None else delay)
         return None, {}, self.config.retries + 1, time.monotonic() - t0, f"{error} (gave up after " \

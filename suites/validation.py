@@ -75,14 +75,6 @@ def short_reason(reason: str) -> str:
     return head[:300]
 
 
-def untimeable_start(error: str) -> str:
-    """Why the timing worker cannot time a task's starting kernel ('' when that is not what its
-    error says). Running out of GPU memory does not count: other processes can cause it."""
-    if not (error or "").startswith("timing:") or "out of memory" in error.lower():
-        return ""
-    return "its starting kernel cannot be timed here: " + short_reason(error)
-
-
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
 _SHARED_GPU = ("cuda out of memory", "outofmemoryerror", "illegal memory access", "device-side assert",
                "torch_use_cuda_dsa", "unspecified launch failure")

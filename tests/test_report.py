@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from archives.archive import Archive
-from archives.records import Draft
+from archives.records import Draft, RunStatus
 from archives.report import build
 from fitness.verdict import Verdict
 
@@ -66,7 +66,7 @@ def timed_archive(tmp_path):
     add(a, run, "matmul", 1, 2, "call")
     for task in ("softmax", "row_sum", "matmul"):
         a.save_generation(run, task, 2, [[], []])
-    a.set_status(run, "finished")
+    a.set_status(run, RunStatus.FINISHED)
     a.close()
     return tmp_path / "t.db"
 

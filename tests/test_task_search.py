@@ -7,7 +7,7 @@ from concurrent.futures import Future
 from archives.archive import Archive
 from archives.codehash import code_hash
 from evolve.task_search import START_ISLAND, SearchConfig, Shared, TaskSearch
-from fitness.verdict import Verdict
+from fitness.verdict import TIMING_FAILED, Verdict
 from operators.knobs import find_knobs
 from operators.registry import knob_operators
 
@@ -179,7 +179,7 @@ class Untimeable(FakeEvaluator):
     def submit(self, task, source):
         self.sources.append(source)
         f = Future()
-        f.set_result(Verdict(task.name, stage="correct", reason=self.reason))
+        f.set_result(Verdict(task.name, stage="correct", reason=self.reason, flags=[TIMING_FAILED]))
         return f
 
 
