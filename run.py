@@ -52,9 +52,12 @@ def _eval_config(args: argparse.Namespace, problems: list[str]) -> EvalConfig:
         problems.append(f"--seeds takes integers separated by commas, not {args.seeds!r}")
     if args.workers < 1 or args.trials < 3 or args.timeout <= 0:
         problems.append("--workers must be >= 1, --trials >= 3 and --timeout > 0")
+    from suites.user import looks_like_path, visible_paths
+
     return EvalConfig(seeds=seeds, workers=args.workers, device=args.device, timeout_s=args.timeout,
                       trials=args.trials, baseline=args.baseline, sandbox=not args.no_sandbox,
-                      suite_path=args.suite_path, mem_limit_gb=args.mem_limit)
+                      suite_path=args.suite_path, mem_limit_gb=args.mem_limit,
+                      task_dirs=visible_paths(args.suite) if looks_like_path(args.suite) else ())
 
 
 def _checked_eval_config(args: argparse.Namespace) -> EvalConfig:
@@ -160,7 +163,9 @@ def search_configs(args: argparse.Namespace) -> Configs:
     evaluation, cluster = _eval_config(args, problems), _cluster_config(args, problems)
     if problems:
         raise UsageError("; ".join(problems))
-    archive = Path(args.archive or f"runs/{args.suite}.db")
+    from suites.user import suite_label
+
+    archive = Path(args.archive or f"runs/{suite_label(args.suite)}.db")
     run = RunConfig(suite=args.suite, suite_path=args.suite_path, tasks=args.tasks, difficulty=args.difficulty,
                     category=args.category, validation=args.validation, archive=archive,
                     # beside the archive and named after it: two archives of a suite never share their exports
@@ -259,6 +264,14 @@ def cmd_llm_batch(args) -> int:
     return 0
 
 
+def cmd_new_task(args: argparse.Namespace) -> int:
+    from suites.user import write_template
+
+    path = write_template(args.name, args.out)
+    print(f"wrote {path}: edit it, then `python run.py validate --suite {path}`")
+    return 0
+
+
 def cmd_report(args) -> int:
     from archives.report import cmd_report as report
 
@@ -278,9 +291,11 @@ def main(argv=None) -> int:
         argv.insert(0, "search")  # the main command: `run.py --suite S --islands N`
     args = build_parser().parse_args(argv)
     _log_to_stderr()
+    _own_suite_by_path(args)
     try:
         return {"search": cmd_search, "check": cmd_check, "validate": cmd_validate,
-                "list": cmd_list, "llm-batch": cmd_llm_batch, "report": cmd_report}[args.command](args)
+                "list": cmd_list, "llm-batch": cmd_llm_batch, "report": cmd_report,
+                "new-task": cmd_new_task}[args.command](args)
     except (UsageError, SuiteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -290,6 +305,15 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # `run.py list --json | head`: the reader is gone, not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 141
+
+
+def _own_suite_by_path(args: argparse.Namespace) -> None:
+    """--suite PATH (a task file or folder) as an absolute path: the archive keeps it, so a run
+    resumes, exports and reports from any folder, and the workers load the same files."""
+    from suites.user import looks_like_path
+
+    if getattr(args, "suite", None) and looks_like_path(args.suite):
+        args.suite = os.path.abspath(args.suite)
 
 
 def _log_to_stderr() -> None:

@@ -6,11 +6,12 @@ import argparse
 import os
 from pathlib import Path
 
-COMMANDS = ("search", "check", "validate", "list", "llm-batch", "report")
+COMMANDS = ("search", "check", "validate", "list", "llm-batch", "report", "new-task")
 
 
 def common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", default="builtin", help="builtin, tritonbench, rocm or kernelbench")
+    p.add_argument("--suite", default="builtin", help="builtin, tritonbench, rocm or kernelbench; or your own: "
+                   "a task file or a folder of them (see `new-task`)")
     p.add_argument("--suite-path", default=None, help="folder holding the suite's data (else $TRITON_EVOLVE_DATA, "
                    "else a per-user cache filled by download)")
     p.add_argument("--validation", default=None, metavar="FILE",
@@ -129,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", type=int, default=None, help="run id in the archive (default: the latest)")
     p.add_argument("--invalid", default=None, metavar="FILE",
                    help="JSON of tasks invalid on this hardware (names, or `validate --json` output)")
+    p = sub.add_parser("new-task", help="write a commented template task file NAME.py for your own kernel")
+    p.add_argument("name", help="the task's name (a Python identifier): also its entry function's")
+    p.add_argument("--out", default=".", metavar="DIR", help="folder to write NAME.py in (default: this one)")
     return parser
 
 

@@ -72,6 +72,9 @@ class EvalConfig:
     sandbox: bool = True
     reference_cache_bytes: int | None = None  # None: fitness.reference.default_bytes()
     suite_path: str | None = None
+    # what the workers read besides the code and suite_path: a user suite's file and folder
+    # (suites.user.visible_paths), which the sandbox would hide when they live under /tmp
+    task_dirs: tuple[str, ...] = ()
     triton_cache: str | None = None  # compiled-kernel cache folder (default: the user cache)
     extra_flags: tuple[str, ...] = field(default_factory=tuple)
 
@@ -85,7 +88,7 @@ class Evaluator:
             raise RuntimeError("--device cuda was asked for but torch sees no GPU")
         self.interpret = not self.gpu
         data = tuple(p for p in (config.suite_path, os.environ.get("TRITON_EVOLVE_DATA"),
-                                 os.environ.get("TRITON_EVOLVE_CACHE")) if p)
+                                 os.environ.get("TRITON_EVOLVE_CACHE"), *config.task_dirs) if p)
         self.sandbox = detect(not config.sandbox, config.triton_cache, data)
         mem = int(config.mem_limit_gb * 2**30)
         # on a GPU a few children wait forked with CUDA started (fitness.pool.WorkerPool)

@@ -35,9 +35,15 @@ def did_you_mean(word: str, known) -> str:
 
 
 def load_suite(name: str, path: str | None = None) -> dict[str, Task]:
+    """A registered suite by name (`path`: its data folder), or your own: `name` a task file or a
+    folder of them (suites/user.py; `path` is then unused)."""
     if name not in _SUITES:
+        from suites import user
+
+        if user.looks_like_path(name):
+            return user.load(name)
         raise SuiteError(f"unknown suite {name!r}{did_you_mean(name, suite_names())} "
-                         f"(known: {', '.join(suite_names())})")
+                         f"(known: {', '.join(suite_names())}; or a task file or folder of them)")
     return importlib.import_module(_SUITES[name]).load(path)
 
 

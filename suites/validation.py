@@ -19,7 +19,9 @@ VALID, INVALID = "valid", "invalid-here"
 
 def record_path(suite: str, given: str | None = None) -> Path:
     """--validation FILE, else runs/<suite>-validation.json."""
-    return Path(given) if given else Path("runs") / f"{suite}-validation.json"
+    from suites.user import suite_label  # a task file or folder: named after it
+
+    return Path(given) if given else Path("runs") / f"{suite_label(suite)}-validation.json"
 
 
 def read(path: Path) -> dict:
