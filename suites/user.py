@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from suites.ast_lock import parse
-from suites.registry import SuiteError, SuiteTasks
+from suites.registry import SuiteError, SuiteTasks, suite_names
 from suites.task import ShapeSet, Task
 
 # an element passes when |out - ref| <= atol + rtol * |ref|; TOLERANCE entries replace these
@@ -51,8 +51,9 @@ TEMPLATE_NAME = "scale_add"  # the template's task and entry name, replaced by n
 
 
 def looks_like_path(name: str) -> bool:
-    """A --suite value that names a file or folder rather than a registered suite."""
-    return os.path.exists(name) or name.endswith(".py") or os.sep in name
+    """A --suite value that names a file or folder rather than a registered suite (whose names
+    win over a folder of the same name)."""
+    return name not in suite_names() and (os.path.exists(name) or name.endswith(".py") or os.sep in name)
 
 
 def suite_label(suite: str) -> str:
@@ -128,13 +129,16 @@ def load_file(path: Path, suite: str | None = None) -> Task:
     cost = ns.get("cost", _no_cost)
     if not callable(cost):
         raise SuiteError(f"{path}: cost must be a function cost(shape, dtype) -> (bytes, flops)")
+    if not isinstance(ns.get("DIFFICULTY", 0), int):
+        raise SuiteError(f"{path}: DIFFICULTY must be an integer (what --difficulty selects on)")
     return Task(
         name=name, suite=suite or str(path.resolve()), category=str(ns.get("CATEGORY", "user")), entry=entry,
         reference=ns["reference"], make_inputs=ns["make_inputs"],
         shapes=_shape_set(ns.get("SHAPES"), "SHAPES", path),
         interpreter_shapes=_shape_set(ns["CPU_SHAPES"], "CPU_SHAPES", path) if "CPU_SHAPES" in ns else None,
         dtypes=dtypes, tolerance=_tolerance(ns, path), cost=cost, start_source=_start(ns, entry, path),
-        instruction=str(ns.get("INSTRUCTION") or _instruction(entry, ns["reference"])), difficulty=ns.get("DIFFICULTY"), tags=("user",),
+        instruction=str(ns.get("INSTRUCTION") or _instruction(entry, ns["reference"])),
+        difficulty=ns.get("DIFFICULTY"), tags=("user",),
     )
 
 
