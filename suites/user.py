@@ -63,9 +63,11 @@ def suite_label(suite: str) -> str:
 
 def visible_paths(suite: str) -> tuple[str, ...]:
     """What the evaluator's sandboxed workers must see to load the suite again: the folder (a
-    file's folder too, for its START_FILE), and the file itself in case that folder is /tmp."""
+    file's folder too), the file itself in case that folder is /tmp, and every START_FILE."""
     p = Path(suite).resolve()
-    return (str(p),) if p.is_dir() else (str(p.parent), str(p))
+    files = sorted(p.glob("*.py")) if p.is_dir() else [p]
+    kernels = [str(k) for f in files for k in _start_files(f)]
+    return tuple(dict.fromkeys([str(p)] if p.is_dir() else [str(p.parent), str(p)]) | dict.fromkeys(kernels))
 
 
 def load(path: str) -> SuiteTasks:

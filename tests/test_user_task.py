@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from suites.registry import SuiteError, load_suite, load_task
-from suites.user import TEMPLATE, write_template
+from suites.user import TEMPLATE, visible_paths, write_template
 from tests.conftest import ROOT
 
 TINY = ("--islands", "1", "--population", "2", "--generations", "1", "--workers", "1")
@@ -74,7 +74,7 @@ def test_a_folder_without_any_good_task_is_an_error(tmp_path):
     ("def reference(", "def reference_(", "no `reference` function"),
     ("def make_inputs(", "def inputs(", "no `make_inputs` function"),
     ('ENTRY = "bad"', "", "no ENTRY"),
-    ("def bad(x, y, alpha):\n    out", "def other(x, y, alpha):\n    out", "START does not define the entry function 'bad'"),
+    ("def bad(x, y, alpha):\n    out", "def other(x, y, alpha):\n    out", "START does not define the entry function"),
     ("    return out\n'''", "    return out(\n'''", "START has a syntax error at line"),
     ('"tuning": [{"N": 1024}, {"N": 4096}]', '"tuning": []', "CPU_SHAPES['tuning'] is empty"),
     ('"heldout": [{"N": 1000003}, {"N": 65537}]', '"held": []', "SHAPES must be a dict with a \"tuning\" and"),
@@ -142,3 +142,12 @@ def test_search_exports_a_kernel_a_user_script_imports(tmp_path):
     elsewhere.mkdir()
     p = run("report", "--archive", str(tmp_path / "runs" / "my_op.db"), "--out", str(elsewhere), cwd=elsewhere)
     assert p.returncode == 0 and "1 with a correct kernel" in p.stdout, p.stderr[-2000:]
+
+
+def test_the_sandbox_is_told_of_the_task_file_its_folder_and_its_start_file(tmp_path):
+    (tmp_path / "tasks").mkdir()
+    task = tmp_path / "tasks" / "t.py"
+    task.write_text('START_FILE = "../kernels/k.py"\n')
+    kernel = str(tmp_path / "kernels" / "k.py")
+    assert visible_paths(str(task)) == (str(tmp_path / "tasks"), str(task), kernel)
+    assert visible_paths(str(tmp_path / "tasks")) == (str(tmp_path / "tasks"), kernel)
