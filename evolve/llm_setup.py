@@ -62,6 +62,14 @@ class LLMRun:
                 f"{completion} completion tokens, ${cost:.4f}")
         return line + (f"; stopped early: {self.client.fatal}" if self.client.fatal else "")
 
+    def calls_and_cost(self) -> tuple[int, float]:
+        """The run's LLM calls and their cost so far (all sessions), for the progress view."""
+        store = self.client.store
+        with store.lock:
+            n, cost = store.db.execute("select count(*), coalesce(sum(cost_usd), 0) from llm_calls where run_id = ?",
+                                       [self.client.run_id]).fetchone()
+        return int(n), float(cost)
+
     def finish(self, waiting: bool) -> None:
         """The command's closing LLM lines; when an exchange round waits, its request file."""
         print(self.summary(), flush=True)

@@ -19,6 +19,7 @@ from evolve.config import LLMConfig, RunConfig, SearchConfig
 from evolve.evaluating import SearchEvaluator
 from evolve.export import export
 from evolve.llm_setup import LLMRun, llm_run, preflight
+from evolve.progress import Progress, RunSize, Tracker, make_view
 from evolve.session import Session, print_summary, run_status
 from evolve.task_search import TaskEnd
 from operators.registry import build as build_operators
@@ -112,7 +113,8 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
               f"operators: {operator_line}", flush=True)
         if llm_state:
             print(llm_state.start_line, flush=True)
-        session = Session(archive, run_id, tasks, evaluator, run)
+        progress = _progress(archive, run_id, tasks, search, evaluator, llm_state)
+        session = Session(archive, run_id, tasks, evaluator, run, progress)
         interrupted, ends = session.search(operators, search)
         summary = export(archive, run_id, run.suite, list(tasks), run.export, run.suite_path,
                          retime=_retimer(evaluator, tasks))
@@ -125,6 +127,23 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         evaluator.close()
         archive.close()
     return SearchResult(run_id, status, ends, summary)
+
+
+# said at the start of every run without a GPU: a user waiting for faster kernels should know at once
+CPU_ONLY = ("correctness only: no speedups without a GPU, so the search cannot improve speed here "
+            "(kernels run under the Triton interpreter; a child counts only as correct or not)")
+
+
+def _progress(archive: Archive, run_id: int, tasks: dict[str, Task], search: SearchConfig,
+              evaluator: SearchEvaluator, llm_state: LLMRun | None) -> Progress:
+    """The run's size and what this machine measures, said once; the progress view of the run."""
+    size = RunSize(len(tasks), search.islands, search.population, search.generations, search.budget_evals)
+    done = sum(archive.evaluation_count(run_id, name) for name in tasks)
+    print(size.line() + (f" ({done} evaluated before)" if done else "") + "; an ETA follows after the first minute",
+          flush=True)
+    print("measuring: " + ("correctness and speed on the GPU" if evaluator.gpu else CPU_ONLY), flush=True)
+    tracker = Tracker(size, done_before=done, llm_stats=llm_state.calls_and_cost if llm_state else None)
+    return Progress(tracker, make_view())
 
 
 def _retimer(evaluator: SearchEvaluator, tasks: dict[str, Task]) -> Callable[[str, str], float | None] | None:

@@ -26,10 +26,10 @@ MAX_TASK_THREADS = 64
 
 class Session:
     def __init__(self, archive: Archive, run_id: int, tasks: dict[str, Task], evaluator: SearchEvaluator,
-                 run: RunConfig):
+                 run: RunConfig, progress: Progress):
         self.archive, self.run_id, self.tasks, self.evaluator, self.run = archive, run_id, tasks, evaluator, run
         self.stop = threading.Event()
-        self.progress = Progress(len(tasks))
+        self.progress = progress
         # candidates in flight: every slot of every evaluation unit (fitness.evaluator.slots_per_unit)
         self.evals = ThreadPoolExecutor(evaluator.parallelism, thread_name_prefix="evaluate")
         self.sentinels = Sentinels(run.aa_every, archive, run_id, evaluator, self.evals, self.stop)
@@ -71,6 +71,7 @@ class Session:
             interrupted = _wait(futures, self.stop)
         finally:
             self.stop.set()
+            self.progress.close()
             if timer:
                 timer.cancel()
             for f in futures:

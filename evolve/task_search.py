@@ -25,7 +25,7 @@ import random
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from archives.archive import Archive
 from archives.codehash import code_hash
@@ -34,6 +34,7 @@ from evolve.breeding import AWAITING, Brood, Draw, Job, Proposal, breed
 from evolve.config import SearchConfig
 from evolve.policies import Policy
 from evolve.population import Kernel
+from evolve.progress import Evaluated, Event, GenerationDone
 from fitness.verdict import Verdict, untimeable_start
 from operators.base import Child, Context, Exhausted, Parent, Pending, WeightedOperator
 from suites.task import Task
@@ -77,7 +78,7 @@ class Shared:
     run_id: int
     submit: Callable[[Task, str], Future]  # evaluates a source; its Future gives None once stopping
     stop: threading.Event
-    on_event: Callable[[dict[str, Any]], None] = lambda event: None
+    on_event: Callable[[Event], None] = lambda event: None
     policy: Policy = field(default_factory=Policy)
 
 
@@ -317,7 +318,7 @@ class TaskSearch:
                 self.invalid = verdict.reason.splitlines()[0][:200] if verdict.reason else "reference fails here"
             if verdict.passed and verdict.speedup:
                 self.best = max(self.best or 0.0, verdict.speedup)
-            self.shared.on_event({"task": self.task.name, "evaluated": 1})
+            self.shared.on_event(Evaluated(self.task.name))
         return complete
 
     def _note_best(self, islands: list[list[Kernel]]) -> None:
@@ -327,5 +328,5 @@ class TaskSearch:
                     self.best = max(self.best or 0.0, k.speedup)
 
     def _event(self, gen: int, islands: list[list[Kernel]]) -> None:
-        self.shared.on_event({"task": self.task.name, "generation": gen, "of": self.config.generations,
-                              "best": self.best, "correct": sum(k.correct for pop in islands for k in pop)})
+        self.shared.on_event(GenerationDone(self.task.name, gen, self.config.generations, self.best,
+                                            sum(k.correct for pop in islands for k in pop)))
