@@ -262,7 +262,11 @@ def cmd_llm_batch(args) -> int:
 def cmd_report(args) -> int:
     from archives.report import cmd_report as report
 
-    return report(args.archive, args.out, args.run, args.invalid, args.json)
+    if args.watch is not None and not 0 < args.watch <= 86400:  # nan fails this too
+        raise UsageError(f"--watch takes seconds above 0 and at most 86400, not {args.watch:g}")
+    if args.watch is not None and args.json:
+        raise UsageError("--watch and --json do not go together (--watch rewrites report/report.json instead)")
+    return report(args.archive, args.out, args.run, args.invalid, args.json, args.watch)
 
 
 def main(argv=None) -> int:

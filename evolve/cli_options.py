@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", type=int, default=None, help="run id in the archive (default: the latest)")
     p.add_argument("--invalid", default=None, metavar="FILE",
                    help="JSON of tasks invalid on this hardware (names, or `validate --json` output)")
+    p.add_argument("--watch", type=float, default=None, metavar="SECONDS",
+                   help="rewrite the report every SECONDS while the run is live; stops when the run does, or on Ctrl-C")
     return parser
 
 
