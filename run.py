@@ -269,6 +269,12 @@ def cmd_report(args) -> int:
     return report(args.archive, args.out, args.run, args.invalid, args.json, args.watch)
 
 
+def cmd_ui(args) -> int:
+    from archives.ui import cmd_ui as ui
+
+    return ui(args.archive, args.host, args.port, args.metadata_out)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from evolve.cli_options import COMMANDS, build_parser
@@ -284,7 +290,8 @@ def main(argv=None) -> int:
     _log_to_stderr()
     try:
         return {"search": cmd_search, "check": cmd_check, "validate": cmd_validate,
-                "list": cmd_list, "llm-batch": cmd_llm_batch, "report": cmd_report}[args.command](args)
+                "list": cmd_list, "llm-batch": cmd_llm_batch, "report": cmd_report,
+                "ui": cmd_ui}[args.command](args)
     except (UsageError, SuiteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-COMMANDS = ("search", "check", "validate", "list", "llm-batch", "report")
+COMMANDS = ("search", "check", "validate", "list", "llm-batch", "report", "ui")
 
 
 def common(p: argparse.ArgumentParser) -> None:
@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON of tasks invalid on this hardware (names, or `validate --json` output)")
     p.add_argument("--watch", type=float, default=None, metavar="SECONDS",
                    help="rewrite the report every SECONDS while the run is live; stops when the run does, or on Ctrl-C")
+    p = sub.add_parser("ui", help="browse an archive in Datasette (the ui extra), read-only, with canned queries")
+    p.add_argument("--archive", required=True, help="the SQLite archive of a search (opened read-only)")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8001, help="port (default 8001)")
+    p.add_argument("--metadata-out", default=None, metavar="FILE",
+                   help="write Datasette's metadata JSON to FILE and print the datasette command, instead of serving")
     return parser
 
 
