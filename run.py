@@ -275,7 +275,17 @@ def cmd_new_task(args: argparse.Namespace) -> int:
 def cmd_report(args) -> int:
     from archives.report import cmd_report as report
 
-    return report(args.archive, args.out, args.run, args.invalid, args.json)
+    if args.watch is not None and not 0 < args.watch <= 86400:  # nan fails this too
+        raise UsageError(f"--watch takes seconds above 0 and at most 86400, not {args.watch:g}")
+    if args.watch is not None and args.json:
+        raise UsageError("--watch and --json do not go together (--watch rewrites report/report.json instead)")
+    return report(args.archive, args.out, args.run, args.invalid, args.json, args.watch)
+
+
+def cmd_ui(args) -> int:
+    from archives.ui import cmd_ui as ui
+
+    return ui(args.archive, args.host, args.port, args.metadata_out)
 
 
 def main(argv=None) -> int:
@@ -295,7 +305,7 @@ def main(argv=None) -> int:
     try:
         return {"search": cmd_search, "check": cmd_check, "validate": cmd_validate,
                 "list": cmd_list, "llm-batch": cmd_llm_batch, "report": cmd_report,
-                "new-task": cmd_new_task}[args.command](args)
+                "ui": cmd_ui, "new-task": cmd_new_task}[args.command](args)
     except (UsageError, SuiteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -10,11 +10,14 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable, Sequence
 
-from archives import analysis, metrics, plots
+from archives import analysis, kernel_view, kernels, metrics, plots
+from archives.kernels import KernelSection
 from archives.report_data import ReportError, load, read_invalid_file
 
 RULES = [
@@ -206,16 +209,20 @@ def _header(r: dict) -> tuple[str, str]:
     return title, meta
 
 
-def render_html(r: dict, figures: list[tuple[str, str]], plot_dir: Path, plot_note: str | None) -> str:
+def render_html(r: dict, figures: list[tuple[str, str]], plot_dir: Path, plot_note: str | None,
+                secs: Sequence[KernelSection] = (), refresh: float | None = None) -> str:
+    """The page; `refresh`: seconds after which the browser reloads it (--watch, while the run is live)."""
     title, meta = _header(r)
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>",
+    reload = f"<meta http-equiv='refresh' content='{max(1, round(refresh))}'>" if refresh else ""
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'>{reload}<title>{html.escape(title)}</title>"
+             f"<style>{CSS}\n{kernel_view.CSS}</style></head><body><h1>{html.escape(title)}</h1>",
              f"<p class='meta'>{html.escape(meta)}</p>"]
     for n in notes(r):
         cls = "note live" if n.startswith("Run ") and "still running" in n else "note"
         parts.append(f"<div class='{cls}'>{html.escape(n)}</div>")
     for t in tables(r):
         parts.append(_html_table(*t))
+    parts.append(kernel_view.render_html(list(secs)))
     parts.append("<h2>Plots</h2>")
     if plot_note:
         parts.append(f"<div class='note'>{html.escape(plot_note)}</div>")
@@ -229,11 +236,13 @@ def render_html(r: dict, figures: list[tuple[str, str]], plot_dir: Path, plot_no
     return "\n".join(parts)
 
 
-def render_md(r: dict, figures: list[tuple[str, str]], plot_note: str | None) -> str:
+def render_md(r: dict, figures: list[tuple[str, str]], plot_note: str | None,
+              secs: Sequence[KernelSection] = ()) -> str:
     title, meta = _header(r)
     parts = [f"# {title}", "", meta, ""]
     parts += [f"> {n}\n" for n in notes(r)]
     parts += [_md_table(*t) for t in tables(r)]
+    parts.append(kernel_view.render_md(list(secs)))
     parts.append("## Plots\n")
     if plot_note:
         parts.append(f"> {plot_note}\n")
@@ -243,10 +252,22 @@ def render_md(r: dict, figures: list[tuple[str, str]], plot_note: str | None) ->
     return "\n".join(parts) + "\n"
 
 
+def _write(path: Path, text: str) -> None:
+    """Whole or not at all: a browser reloading the page under --watch never reads half of it."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def build(archive: str, out: str | Path = "report", run_id: int | None = None, invalid_file: str | None = None,
-          load_tasks: bool = True) -> tuple[dict, Path]:
+          load_tasks: bool = True, refresh: float | None = None) -> tuple[dict, Path]:
+    """Reads the archive and writes the report into `out`; `refresh`: the page reloads itself
+    after that many seconds while the run is live (--watch)."""
     invalid = read_invalid_file(invalid_file) if invalid_file else None
-    report = analysis.analyze(load(archive, run_id, invalid, load_tasks))
+    data = load(archive, run_id, invalid, load_tasks)
+    report = analysis.analyze(data)
+    secs = kernels.sections(data.rows)
+    report["kernels"] = [kernels.as_json(k) for k in secs]
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -254,26 +275,63 @@ def build(archive: str, out: str | Path = "report", run_id: int | None = None, i
         report["plots"] = [f"plots/{f}" for f, _ in figures]
         report["plots_note"] = plot_note
         report["notes"] = notes(report)
-        (out / "index.html").write_text(render_html(report, figures, out / "plots", plot_note))
-        (out / "summary.md").write_text(render_md(report, figures, plot_note))
-        (out / "report.json").write_text(json.dumps(report, indent=1))
+        _write(out / "index.html", render_html(report, figures, out / "plots", plot_note, secs,
+                                               refresh if report["live"] else None))
+        _write(out / "summary.md", render_md(report, figures, plot_note, secs))
+        _write(out / "report.json", json.dumps(report, indent=1))
     except OSError as e:
         raise ReportError(f"cannot write the report to {out}: {e.strerror or e}") from None
     return report, out
 
 
+def summary(report: dict[str, Any], out: Path) -> str:
+    """The one line a report command prints."""
+    s = report["suite"]
+    return (f"report of run {report['run']['id']} ({report['run']['status']}): {s['tasks']} task(s), "
+            f"{s['solved']} with a correct kernel, geomean speedup {times(s['speedup']['geomean'])}, "
+            f"fast_1 {pct(s['fast_p'][1.0])}, pass@1 {pct(s['pass_at_k'][1])} -> {out / 'index.html'}")
+
+
+def watch(archive: str, out_dir: str, run_id: int | None, invalid: str | None, every: float,
+          say: Callable[[str], None] = print) -> int:
+    """Rewrites the report every `every` seconds while the run is live; returns 0 once the run is
+    no longer running (after a last report) or on Ctrl-C. A failure to read on the first pass is
+    the user's (exit 2); later ones (the writer mid-checkpoint, a full disk) are reported and retried."""
+    out, first = Path(out_dir), True
+    try:
+        while True:
+            try:
+                report, out = build(archive, out_dir, run_id, invalid, refresh=every)
+            except ReportError as e:
+                if first:
+                    print(f"error: {e}", file=sys.stderr)
+                    return 2
+                print(f"warning: {e} (trying again in {every:g} s)", file=sys.stderr, flush=True)
+            else:
+                say(time.strftime("%H:%M:%S ") + summary(report, out))
+                if not report["live"]:
+                    say(f"run {report['run']['id']} is {report['run']['status']}: stopped watching; "
+                        f"the report is at {out / 'index.html'}")
+                    return 0
+            first = False
+            time.sleep(every)
+    except KeyboardInterrupt:
+        say(f"stopped watching (Ctrl-C); the report is at {out / 'index.html'}")
+        return 0
+
+
 def cmd_report(archive: str, out_dir: str, run_id: int | None = None, invalid: str | None = None,
-               as_json: bool = False) -> int:
-    """The CLI: exit 0 with a report written, 2 with one line on stderr when nothing can be reported."""
+               as_json: bool = False, watch_s: float | None = None) -> int:
+    """The CLI: exit 0 with a report written, 2 with one line on stderr when nothing can be
+    reported; with `watch_s`, rewrites it every so many seconds while the run is live."""
+    if watch_s is not None:
+        return watch(archive, out_dir, run_id, invalid, watch_s, lambda line: print(line, flush=True))
     try:
         report, out = build(archive, out_dir, run_id, invalid)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    s = report["suite"]
-    line = (f"report of run {report['run']['id']} ({report['run']['status']}): {s['tasks']} task(s), "
-            f"{s['solved']} with a correct kernel, geomean speedup {times(s['speedup']['geomean'])}, "
-            f"fast_1 {pct(s['fast_p'][1.0])}, pass@1 {pct(s['pass_at_k'][1])} -> {out / 'index.html'}")
+    line = summary(report, out)
     if as_json:
         print(json.dumps(report, indent=1))
         print(line, file=sys.stderr)

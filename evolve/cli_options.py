@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-COMMANDS = ("search", "check", "validate", "list", "llm-batch", "report", "new-task")
+COMMANDS = ("search", "check", "validate", "list", "llm-batch", "report", "ui", "new-task")
 
 
 def common(p: argparse.ArgumentParser) -> None:
@@ -130,6 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", type=int, default=None, help="run id in the archive (default: the latest)")
     p.add_argument("--invalid", default=None, metavar="FILE",
                    help="JSON of tasks invalid on this hardware (names, or `validate --json` output)")
+    p.add_argument("--watch", type=float, default=None, metavar="SECONDS",
+                   help="rewrite the report every SECONDS while the run is live; stops when the run does, or on Ctrl-C")
+    p = sub.add_parser("ui", help="browse an archive in Datasette (the ui extra), read-only, with canned queries")
+    p.add_argument("--archive", required=True, help="the SQLite archive of a search (opened read-only)")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8001, help="port (default 8001)")
+    p.add_argument("--metadata-out", default=None, metavar="FILE",
+                   help="write Datasette's metadata JSON to FILE and print the datasette command, instead of serving")
     p = sub.add_parser("new-task", help="write a commented template task file NAME.py for your own kernel")
     p.add_argument("name", help="the task's name (a Python identifier): also its entry function's")
     p.add_argument("--out", default=".", metavar="DIR", help="folder to write NAME.py in (default: this one)")

@@ -338,3 +338,183 @@ def test_each_units_throughput_is_its_evaluations_over_the_sessions_wall_time():
     assert [(r["unit"], r["per_min"]) for r in rows] == [("n1:gpu0:1", 60.0), ("n1:gpu1:2", 30.0)]
     assert rows[0]["timing_busy"] == 0.9 and rows[0]["correctness_busy"] == 0.5
     assert unit_rates({"wall_s": 60.0, "units": None}) == [] and unit_rates({"wall_s": 1.0, "units": "{bad"}) == []
+
+
+# -- the kernel sections -----------------------------------------------------------------------------
+START_SRC = "import triton\n\n\ndef softmax(x):\n    return x.softmax(-1)  # BLOCK = 128\n"
+MID_SRC = START_SRC.replace("128", "256")
+BEST_SRC = MID_SRC.replace("    return", "    y = x.float()  # ```not a fence end```\n    return")
+
+
+@pytest.fixture
+def lineage_archive(tmp_path):
+    """softmax: start -> knob mutation -> crossover of it and the start (the best kernel, flagged);
+    a faster kernel that fails the held-out shapes; a crash. row_sum: nothing correct."""
+    a = Archive(tmp_path / "k.db")
+    run = a.new_run("builtin", {"suite": "builtin", "islands": 2, "population": 2, "generations": 2})
+
+    def put(src, parents, op, gen, island, note="", **verdict):
+        cid = a.add_candidate(Draft(run, "softmax", island, gen, src, f"h{time.time_ns()}", parents, op, note)).id
+        a.add_evaluation(cid, Verdict("softmax", device="NVIDIA H100 80GB HBM3", **verdict))
+        return cid
+
+    ok = {"stage": "timed", "correct": True, "heldout_correct": True}
+    s0 = put(START_SRC, (), "start", 0, -1, "the task's starting kernel", speedup=1.0, **ok)
+    s1 = put(MID_SRC, (s0,), "knob_mutation", 1, 0, "BLOCK 128 -> 256", speedup=1.4, **ok)
+    rows = [{"shape": {"M": 4096, "N": 1024}, "dtype": "float16", "candidate_ms": 0.25, "baseline_ms": 0.5,
+             "candidate_spread": 0.031, "baseline_spread": 0.01, "floor_ms": 0.1},
+            {"shape": {"M": 64, "N": 8192}, "dtype": "float32", "candidate_ms": 0.1, "baseline_ms": 0.2,
+             "candidate_spread": 0.004, "baseline_spread": 0.01, "floor_ms": 0.05}]
+    s2 = put(BEST_SRC, (s1, s0), "llm_crossover", 2, 1, "fused the <script>alert(1)</script> | loads",
+             speedup=2.0, times=rows, flags=["noisy-timing", "<b>odd</b>"], **ok)
+    fast = put(BEST_SRC + "# faster\n", (s2,), "llm_mutate", 2, 0, speedup=3.0, stage="timed", correct=True)
+    crash = put("def softmax(x): raise RuntimeError", (s0,), "llm_mutate", 1, 1, stage="compile",
+                reason="RuntimeError")
+    cid = a.add_candidate(Draft(run, "row_sum", -1, 0, "def row_sum(x): pass", "r0", (), "start")).id
+    a.add_evaluation(cid, Verdict("row_sum", stage="call", reason="wrong result on tuning shape"))
+    a.set_status(run, RunStatus.FINISHED)
+    a.close()
+    return tmp_path / "k.db", {"start": s0, "mid": s1, "best": s2, "fast": fast, "crash": crash}
+
+
+def test_kernel_section_shows_source_diff_lineage_times_and_flags(lineage_archive, tmp_path):
+    path, ids = lineage_archive
+    r, out = build(str(path), tmp_path / "rep")
+    k = {s["task"]: s for s in r["kernels"]}
+    # the export's choice: the 3.0x kernel failed the held-out shapes
+    assert k["softmax"]["best"]["id"] == ids["best"] and k["softmax"]["best"]["source"] == BEST_SRC
+    assert [x["id"] for x in k["softmax"]["lineage"]] == [ids["start"], ids["mid"], ids["best"]]
+    assert [x["operator"] for x in k["softmax"]["lineage"]] == ["start", "knob_mutation", "llm_crossover"]
+    assert k["softmax"]["lineage"][2]["other_parents"] == [ids["start"]] and k["softmax"]["broken_at"] is None
+    assert k["softmax"]["flags"] == ["noisy-timing", "<b>odd</b>"]
+    assert [t["speedup"] for t in k["softmax"]["times"]] == [2.0, 2.0]
+    assert k["row_sum"]["best"] is None and k["row_sum"]["lineage"] == []
+    md = (out / "summary.md").read_text()
+    section = md[md.index("## Best kernels"):md.index("## Plots")]
+    assert f"### softmax: #{ids['best']} llm_crossover, speedup 2.000x, 2 step(s) from the starting kernel" in section
+    rows = [f"| 0 | #{ids['start']} | start | 0 | all | timed | 1.000x |",
+            f"| 1 | #{ids['mid']} | knob_mutation | 1 | 0 | timed | 1.400x | BLOCK 128 -&gt; 256 |",
+            f"| 2 | #{ids['best']} (+ parents #{ids['start']}) | llm_crossover | 2 | 1 | timed | 2.000x |"]
+    assert all(row in section for row in rows) and [section.index(x) for x in rows] == sorted(
+        section.index(x) for x in rows)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; \\| loads" in section  # escaped: one cell, no raw HTML
+    assert "| M=4096, N=1024 | float16 | 0.2500 | 0.5000 | 2.000x | 3.1% |" in section
+    assert "`noisy-timing: a shape's trials spread more than 10%" in section and "`<b>odd</b>`" in section
+    diff = section[section.index("````diff"):]
+    assert f"--- start #{ids['start']}\n+++ best #{ids['best']}\n" in diff
+    assert "-    return x.softmax(-1)  # BLOCK = 128\n" in diff and "+    y = x.float()  # ```not a fence" in diff
+    assert "````python\n" + BEST_SRC + "````" in section  # the source's ``` does not close the fence
+    assert "### row_sum: no kernel correct on the tuning and held-out shapes" in section
+    page = (out / "index.html").read_text()
+    assert "<script>alert" not in page and "<b>odd</b>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;b&gt;odd&lt;/b&gt;" in page
+    assert "<span class='del'>-    return x.softmax(-1)  # BLOCK = 128</span>" in page
+    assert "<span class='add'>+    y = x.float()  # ```not a fence end```</span>" in page
+    assert page.count("<details class='kernel'>") == 2 and "http-equiv='refresh'" not in page
+
+
+def test_lineage_stops_where_a_parent_is_not_in_the_run():
+    from archives.kernels import lineage
+    from archives.records import Candidate
+
+    def cand(cid, parents, op="knob_mutation"):
+        return Candidate(cid, 1, "t", 0, 1, "src", "h", parents, op, "")
+
+    chain, broken = lineage(cand(9, (7,)), {7: cand(7, (5,)), 9: cand(9, (7,))})
+    assert [s.id for s in chain] == [7, 9] and broken == 5
+    loop = {1: cand(1, (2,)), 2: cand(2, (1,))}  # never written, but the walk must end
+    chain, broken = lineage(loop[1], loop)
+    assert [s.id for s in chain] == [2, 1] and broken == 1
+
+
+def test_kernel_sections_of_a_cpu_search_match_the_export(cpu_search_archive, tmp_path):
+    r, out = build(str(cpu_search_archive), tmp_path / "rep")
+    exported = json.loads((cpu_search_archive.parent / "best" / "summary.json").read_text())
+    conn = sqlite3.connect(f"file:{cpu_search_archive}?mode=ro", uri=True)
+    for k, e in zip(r["kernels"], sorted(exported["tasks"], key=lambda t: t["task"])):
+        assert k["task"] == e["task"] and k["best"]["id"] == e["candidate"]
+        assert Path(e["file"]).read_text().endswith(k["best"]["source"])
+        steps = k["lineage"]
+        assert steps[0]["operator"] == "start" and steps[-1]["id"] == k["best"]["id"]
+        for parent, child in zip(steps, steps[1:]):
+            parents = json.loads(conn.execute("select parent_ids from candidates where id = ?",
+                                              [child["id"]]).fetchone()[0])
+            assert parents[0] == parent["id"]
+        assert "untimed-no-gpu" in k["flags"] and k["times"] == []
+    assert "No per-shape times: the kernel was not timed." in (out / "summary.md").read_text()
+
+
+# -- --watch ----------------------------------------------------------------------------------------------
+def _wait_for(check, proc, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise AssertionError("timed out waiting")
+
+
+def _evaluated(out):
+    try:
+        return json.loads((out / "report.json").read_text())["tasks"][0]["evaluated"]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def test_watch_rewrites_while_live_and_stops_with_the_run(tmp_path):
+    a = Archive(tmp_path / "live.db")
+    run = a.new_run("builtin", {"suite": "builtin", "islands": 1})
+    add(a, run, "softmax", -1, 0, "correct", True, True, None, "start")
+    out = tmp_path / "rep"
+    proc = subprocess.Popen([*RUN, "report", "--archive", str(tmp_path / "live.db"), "--out", str(out),
+                             "--watch", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _evaluated(out) == 1, proc)
+        assert "http-equiv='refresh' content='1'" in (out / "index.html").read_text()
+        add(a, run, "softmax", 0, 1, "compile")
+        _wait_for(lambda: _evaluated(out) == 2, proc)
+        a.set_status(run, RunStatus.FINISHED)
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+        a.close()
+    assert proc.returncode == 0, stderr
+    assert stdout.strip().splitlines()[-1] == f"run 1 is finished: stopped watching; the report is at {out}/index.html"
+    assert _evaluated(out) == 2 and "http-equiv" not in (out / "index.html").read_text()
+    assert "(running)" in stdout and "(finished)" in stdout
+
+
+def test_watch_stops_cleanly_on_ctrl_c(tmp_path):
+    import signal
+
+    a = Archive(tmp_path / "live.db")
+    run = a.new_run("builtin", {"suite": "builtin", "islands": 1})
+    add(a, run, "softmax", -1, 0, "correct", True, True, None, "start")
+    a.close()
+    out = tmp_path / "rep"
+    proc = subprocess.Popen([*RUN, "report", "--archive", str(tmp_path / "live.db"), "--out", str(out),
+                             "--watch", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _evaluated(out) == 1, proc)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in stderr, stderr
+    assert stdout.strip().splitlines()[-1] == f"stopped watching (Ctrl-C); the report is at {out}/index.html"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--watch", "0"], "--watch takes seconds above 0 and at most 86400, not 0"),
+    (["--watch", "nan"], "--watch takes seconds above 0"),
+    (["--watch", "5", "--json"], "--watch and --json do not go together"),
+])
+def test_watch_bad_values_are_one_line_and_exit_2(timed_archive, tmp_path, args, message):
+    p = report("--archive", timed_archive, "--out", tmp_path / "rep", *args)
+    assert p.returncode == 2 and message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_watch_of_a_missing_archive_is_one_line_and_exit_2(tmp_path):
+    p = report("--archive", tmp_path / "none.db", "--out", tmp_path / "rep", "--watch", "1")
+    assert p.returncode == 2 and p.stderr.strip() == f"error: no archive at {tmp_path}/none.db"
