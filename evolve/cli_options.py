@@ -65,6 +65,10 @@ def _search_opts(p: argparse.ArgumentParser, resume: bool = False) -> None:
     if not resume:
         p.add_argument("--fresh", action="store_true", help="start a new run even if the archive holds one")
     _cluster_opts(p)
+    _llm_opts(p)
+
+
+def _llm_opts(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("LLM operators (any OpenAI-compatible endpoint; the key comes from OPENAI_API_KEY)")
     g.add_argument("--model", default=None, help="model name; setting one makes --operators llm the default")
     g.add_argument("--base-url", default=None, help="endpoint, e.g. http://localhost:8000/v1 "

@@ -81,7 +81,8 @@ def searchable(run: RunConfig) -> dict[str, Task]:
     tasks = select(load_suite(run.suite, run.suite_path), run.tasks, run.difficulty, run.category)
     record = validation.read(validation.record_path(run.suite, run.validation))
     invalid = validation.invalid_tasks(record)
-    left_out = {n: f"invalid-here on {record.get('device')} ({invalid[n][:80]})" for n in tasks if n in invalid}
+    left_out = {n: f"invalid-here on {record.get('device')} ({validation.brief(invalid[n], 120)})"
+                for n in tasks if n in invalid}
     if run.operators == "knobs":
         left_out.update({n: "no starting kernel (the knob operators need one; use --operators llm)"
                          for n, t in tasks.items() if not t.start_source})
