@@ -155,29 +155,61 @@ def search_configs(args: argparse.Namespace) -> Configs:
     """The search command's options as frozen configs (evolve/config.py), every one checked here:
     all problems in one message, before anything starts."""
     from evolve.config import Configs, RunConfig, SearchConfig
+    from evolve.config_file import PER_COMMAND
     from evolve.llm_setup import temperatures
 
-    problems = _search_problems(args)
-    name = _operators(args, problems)
-    llm = _llm_config(args, problems) if name in ("llm", "both") else None
-    evaluation, cluster = _eval_config(args, problems), _cluster_config(args, problems)
+    problems: list[str] = []
+    o = _resolved(args, problems)
+    problems += _search_problems(o)
+    name = _operators(o, problems)
+    llm = _llm_config(o, problems) if name in ("llm", "both") else None
+    evaluation, cluster = _eval_config(o, problems), _cluster_config(o, problems)
     if problems:
         raise UsageError("; ".join(problems))
+    archive = Path(o.archive)
+    options = {k: v for k, v in vars(o).items() if k not in (*PER_COMMAND, "command", "given", "explicit")}
+    run = RunConfig(suite=o.suite, suite_path=o.suite_path, tasks=o.tasks, difficulty=o.difficulty,
+                    category=o.category, validation=o.validation, archive=archive,
+                    # beside the archive and named after it: two archives of a suite never share their exports
+                    export=Path(o.export) if o.export else archive.with_name(archive.stem + "-best"),
+                    fresh=o.fresh, extend=o.extend, time_limit=o.time_limit, aa_every=o.aa_every, operators=name,
+                    operators_explicit=o.explicit, knob_rate=o.knob_rate, device=o.device,
+                    model=o.model, baseline=o.baseline, seeds=o.seeds, options=options)
+    search = SearchConfig(islands=o.islands, population=o.population, generations=o.generations,
+                          migration_interval=o.migration_interval, seed=o.seed,
+                          budget_evals=o.budget_evals, target_speedup=o.target_speedup,
+                          temperatures=temperatures(o.temperature, o.islands) if llm else ())
+    return Configs(run=run, search=search, evaluation=evaluation, cluster=cluster, llm=llm)
+
+
+def _resolved(args: argparse.Namespace, problems: list[str]) -> argparse.Namespace:
+    """The options this search runs with: the command line's over --config FILE's over those of
+    the run stored in the archive (a resume) over the defaults. What a resume may not change,
+    and what the file gets wrong, go into `problems`."""
+    from archives.archive import ArchiveError, stored_run
+    from evolve.cli_options import search_specs
+    from evolve.config_file import layered, read_file, resume_conflicts
+    from evolve.runner import conflict_message
+
+    cli = {k: v for k, v in vars(args).items() if k in getattr(args, "given", ())}
+    file = read_file(args.config, search_specs(), problems) if getattr(args, "config", None) else {}
+    first = {"fresh": False, "extend": False, **vars(args), **file, **cli}
     from suites.user import suite_label
 
-    archive = Path(args.archive or f"runs/{suite_label(args.suite)}.db")
-    run = RunConfig(suite=args.suite, suite_path=args.suite_path, tasks=args.tasks, difficulty=args.difficulty,
-                    category=args.category, validation=args.validation, archive=archive,
-                    # beside the archive and named after it: two archives of a suite never share their exports
-                    export=Path(args.export) if args.export else archive.with_name(archive.stem + "-best"),
-                    fresh=args.fresh, time_limit=args.time_limit, aa_every=args.aa_every, operators=name,
-                    operators_explicit=args.operators is not None, knob_rate=args.knob_rate, device=args.device,
-                    model=args.model, baseline=args.baseline, seeds=args.seeds)
-    search = SearchConfig(islands=args.islands, population=args.population, generations=args.generations,
-                          migration_interval=args.migration_interval, seed=args.seed,
-                          budget_evals=args.budget_evals, target_speedup=args.target_speedup,
-                          temperatures=temperatures(args.temperature, args.islands) if llm else ())
-    return Configs(run=run, search=search, evaluation=evaluation, cluster=cluster, llm=llm)
+    archive = first["archive"] or f"runs/{suite_label(first['suite'])}.db"
+    run = None
+    try:
+        run = None if first["fresh"] else stored_run(archive)
+    except ArchiveError as e:
+        problems.append(str(e))
+    if args.command == "resume" and run is None and not problems:
+        problems.append(f"{archive} holds no run to resume (start one with: run.py --archive {archive} ...)")
+    o = argparse.Namespace(**layered(first, cli, file, run.config if run else {}))
+    o.archive, o.explicit = archive, "operators" in cli or "operators" in file
+    if run is not None:
+        conflicts = resume_conflicts(run.config, vars(o), o.extend)
+        problems += [conflict_message(archive, run.id, conflicts)] if conflicts else []
+    return o
 
 
 def _operators(args: argparse.Namespace, problems: list[str]) -> str:
@@ -288,9 +320,12 @@ def cmd_ui(args) -> int:
     return ui(args.archive, args.host, args.port, args.metadata_out)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
+    """The command line (also the `triton-evolve` console command): its exit status."""
+    if argv is None:  # as a program: the process's signals are ours
+        _sigterm_as_ctrl_c()
     argv = list(sys.argv[1:] if argv is None else argv)
-    from evolve.cli_options import COMMANDS, build_parser
+    from evolve.cli_options import COMMANDS, parse
     from suites.registry import SuiteError, did_you_mean
 
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
@@ -299,13 +334,13 @@ def main(argv=None) -> int:
         return 2
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help", "--version"):
         argv.insert(0, "search")  # the main command: `run.py --suite S --islands N`
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     _log_to_stderr()
     _own_suite_by_path(args)
     try:
-        return {"search": cmd_search, "check": cmd_check, "validate": cmd_validate,
-                "list": cmd_list, "llm-batch": cmd_llm_batch, "report": cmd_report,
-                "ui": cmd_ui, "new-task": cmd_new_task}[args.command](args)
+        return {"search": cmd_search, "resume": cmd_search, "check": cmd_check, "validate": cmd_validate,
+                "list": cmd_list, "llm-batch": cmd_llm_batch, "report": cmd_report, "ui": cmd_ui,
+                "new-task": cmd_new_task}[args.command](args)
     except (UsageError, SuiteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -347,5 +382,4 @@ def _sigterm_as_ctrl_c():
 
 
 if __name__ == "__main__":
-    _sigterm_as_ctrl_c()
     sys.exit(main())

@@ -37,7 +37,7 @@ from archives.records import SCHEMA_VERSION, TOOL, Candidate, Draft, Run
 if TYPE_CHECKING:
     from fitness.verdict import Verdict
 
-__all__ = ["Archive", "ArchiveError", "SCHEMA_VERSION", "TOOL"]
+__all__ = ["Archive", "ArchiveError", "stored_run", "SCHEMA_VERSION", "TOOL"]
 
 
 class ArchiveError(Exception):
@@ -66,6 +66,28 @@ def _check_existing(path: Path) -> None:
     if problem:
         raise ArchiveError(f"{path} {problem}: give another --archive path (or the triton-evolve version "
                            "that made it)")
+
+
+def stored_run(path: str | os.PathLike) -> Run | None:
+    """The latest run in an existing archive, read without writing to it (None: no file yet, or
+    no run in it): what a resume starts from, before anything is decided."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    if not path.is_file():
+        raise ArchiveError(f"{path} is not a file")
+    _check_existing(path)
+    if path.stat().st_size == 0:
+        return None
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        row = conn.execute("select * from runs order by id desc limit 1").fetchone()
+    except sqlite3.Error:  # a file this version would set up, holding no run yet
+        return None
+    finally:
+        conn.close()
+    return rec.run_from_row(row) if row else None
 
 
 class Archive:
@@ -142,6 +164,11 @@ class Archive:
             with self.db.conn:
                 return self._insert("runs", {"suite": suite, "config": json.dumps(config, sort_keys=True),
                                              "started": now, "updated": now, "status": rec.RunStatus.RUNNING.value})
+
+    def set_config(self, run_id: int, config: dict) -> None:
+        """A resumed run's settings as this session has them (extended, or its workers changed)."""
+        with self.lock, self.db.conn:
+            self.db.table("runs").update(run_id, {"config": json.dumps(config, sort_keys=True)})
 
     def set_status(self, run_id: int, status: rec.RunStatus) -> None:
         with self.lock, self.db.conn:

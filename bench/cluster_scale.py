@@ -73,7 +73,7 @@ def main() -> int:
     from distributed import LocalCluster
 
     import run
-    from evolve.cli_options import build_parser
+    from evolve.cli_options import parse
     from evolve.runner import run_search
     from fitness.cluster import RESOURCE, ClusterConfig, ClusterEvaluator
     from fitness.evaluator import EvalConfig, slots_per_unit
@@ -91,10 +91,10 @@ def main() -> int:
                                         unit_fn=functools.partial(stand_in_evaluate, a.hold), probe_fn=stand_in_probe)
         return holder["ev"]
     Path(a.archive).unlink(missing_ok=True)
-    args = build_parser().parse_args(["search", "--suite", "builtin", "--islands", "4", "--population", "8",
-                                          "--generations", "1000", "--time-limit", str(a.seconds),
-                                          "--workers", str(a.workers), "--archive", a.archive,
-                                          "--export", a.archive + "-best", "--aa-every", "0"])
+    args = parse(["search", "--suite", "builtin", "--islands", "4", "--population", "8",
+                  "--generations", "1000", "--time-limit", str(a.seconds),
+                  "--workers", str(a.workers), "--archive", a.archive,
+                  "--export", a.archive + "-best", "--aa-every", "0"])
     cpu0 = time.process_time()
     wall0 = time.monotonic()
     samples: list[tuple[int, int]] = []

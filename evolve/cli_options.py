@@ -6,7 +6,9 @@ import argparse
 import os
 from pathlib import Path
 
-COMMANDS = ("search", "check", "validate", "list", "llm-batch", "report", "ui", "new-task")
+from evolve.config_file import OptionSpec
+
+COMMANDS = ("search", "resume", "check", "validate", "list", "llm-batch", "report", "ui", "new-task")
 
 
 def common(p: argparse.ArgumentParser) -> None:
@@ -33,7 +35,12 @@ def _eval_opts(p: argparse.ArgumentParser) -> None:
                    help="host memory per worker (default 16; KernelBench's largest inputs need more)")
 
 
-def _search_opts(p: argparse.ArgumentParser) -> None:
+def _search_opts(p: argparse.ArgumentParser, resume: bool = False) -> None:
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="a TOML file of these options (keys are option names: islands = 10); "
+                   "flags given here override it")
+    p.add_argument("--extend", action="store_true",
+                   help="on resume, let --generations and --tasks (--difficulty, --category) grow")
     p.add_argument("--islands", type=int, default=4, help="islands per task (default 4)")
     p.add_argument("--population", type=int, default=8, help="individuals per island (default 8)")
     p.add_argument("--generations", type=int, default=10, help="generations per task (default 10)")
@@ -41,7 +48,11 @@ def _search_opts(p: argparse.ArgumentParser) -> None:
                    help="generations between migrations along the ring (default 3)")
     p.add_argument("--seed", type=int, default=0,
                    help="the search's random seed: the same seed and options give the same run (default 0)")
-    p.add_argument("--archive", default=None, help="SQLite archive (default runs/<suite>.db)")
+    if resume:
+        p.add_argument("archive", help="the SQLite archive whose latest run goes on, with its stored settings")
+    else:
+        p.add_argument("--archive", default=None, help="SQLite archive (default runs/<suite>.db); one that "
+                       "holds a run resumes it, with its stored settings")
     p.add_argument("--export", default=None, metavar="DIR",
                    help="export folder (default: beside the archive, named after it: runs/x.db -> runs/x-best)")
     p.add_argument("--operators", default=None, help="knobs, llm or both (default: llm when one is "
@@ -52,8 +63,13 @@ def _search_opts(p: argparse.ArgumentParser) -> None:
                    help="GPU: after every N evaluations, time a starting kernel against itself (an A/A "
                    "sentinel: the timing noise under the search's load); 0: none (default 25)")
     p.add_argument("--target-speedup", type=float, default=None, help="stop a task once this speedup is reached")
-    p.add_argument("--fresh", action="store_true", help="start a new archive even if one exists")
+    if not resume:
+        p.add_argument("--fresh", action="store_true", help="start a new run even if the archive holds one")
     _cluster_opts(p)
+    _llm_opts(p)
+
+
+def _llm_opts(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("LLM operators (any OpenAI-compatible endpoint; the key comes from OPENAI_API_KEY)")
     g.add_argument("--model", default=None, help="model name; setting one makes --operators llm the default")
     g.add_argument("--base-url", default=None, help="endpoint, e.g. http://localhost:8000/v1 "
@@ -93,6 +109,35 @@ def _cluster_opts(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cluster-job-memory", default="64GB", help="slurm: host memory per job (default 64GB)")
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The options, with `given`: the names of those on the command line (a second parse, with
+    no defaults, tells them from defaults even where a flag repeats its default)."""
+    args = build_parser().parse_args(argv)
+    bare = build_parser()
+    for action in _actions(bare):
+        action.default = argparse.SUPPRESS
+    args.given = frozenset(vars(bare.parse_args(argv))) - {"command"}
+    return args
+
+
+def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """Every option of every subcommand (argparse keeps them in private attributes only)."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return [a for p in sub.choices.values() for a in p._actions]
+
+
+def search_specs() -> dict[str, OptionSpec]:
+    """The search options a --config file may set, and their defaults, by dest."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    specs = {}
+    for a in sub.choices["search"]._actions:
+        if a.dest in ("help", "config") or not a.option_strings:
+            continue
+        kind = bool if isinstance(a, argparse._StoreTrueAction) else (a.type or str)
+        specs[a.dest] = OptionSpec(a.dest, kind, tuple(a.choices) if a.choices else None)
+    return specs
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="run.py", description="Evolve faster Triton kernels.")
     parser.add_argument("--version", action="version", version=f"triton-evolve {version()}")
@@ -102,10 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
     _eval_opts(p)
     _filters(p)
     _search_opts(p)
+    p = sub.add_parser("resume", help="go on with an archive's latest run, with the settings stored in it")
+    common(p)
+    _eval_opts(p)
+    _filters(p)
+    _search_opts(p, resume=True)
     p = sub.add_parser("check", help="evaluate one candidate kernel file; prints a JSON verdict")
     common(p)
     _eval_opts(p)
-    p.add_argument("--task", required=True)
+    p.add_argument("--task", required=True, help="the task the kernel is a candidate for")
     p.add_argument("kernel", help="path to the candidate's Python file")
     p = sub.add_parser("validate", help="evaluate every task's starting kernel")
     common(p)
@@ -123,6 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     _filters(p)
     p.add_argument("--json", action="store_true", help="print the tasks as JSON, starting kernels included")
+    _archive_commands(sub)
+    p = sub.add_parser("new-task", help="write a commented template task file NAME.py for your own kernel")
+    p.add_argument("name", help="the task's name (a Python identifier): also its entry function's")
+    p.add_argument("--out", default=".", metavar="DIR", help="folder to write NAME.py in (default: this one)")
+    return parser
+
+
+def _archive_commands(sub: argparse._SubParsersAction) -> None:
+    """The commands that read an archive: report and ui."""
     p = sub.add_parser("report", help="metrics, tables and plots of an archive (finished or still running)")
     p.add_argument("--archive", required=True, help="the SQLite archive of a search (read-only)")
     p.add_argument("--out", default="report", help="folder for index.html, summary.md, plots (default report/)")
@@ -138,10 +197,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8001, help="port (default 8001)")
     p.add_argument("--metadata-out", default=None, metavar="FILE",
                    help="write Datasette's metadata JSON to FILE and print the datasette command, instead of serving")
-    p = sub.add_parser("new-task", help="write a commented template task file NAME.py for your own kernel")
-    p.add_argument("name", help="the task's name (a Python identifier): also its entry function's")
-    p.add_argument("--out", default=".", metavar="DIR", help="folder to write NAME.py in (default: this one)")
-    return parser
 
 
 def _filters(p: argparse.ArgumentParser) -> None:

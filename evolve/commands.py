@@ -93,7 +93,7 @@ def _validate_pass(tasks: Mapping[str, Task], options: ValidateOptions,
                 sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
                 status = "invalid-here" if "invalid-here" in v.flags else v.stage
                 note = ("weak-test " if weak else "") + \
-                    ("" if v.passed else validation.short_reason(v.reason)[:110] if v.reason else "")
+                    ("" if v.passed else validation.brief(v.reason, 110) if v.reason else "")
                 print(f"{v.task:40} {status:12} {'ok' if v.heldout_correct else 'FAIL':8} {sp:>8}  {note}", flush=True)
     return verdicts, entries
 

@@ -2,9 +2,9 @@
 (run.py's `configs`), and the engine never sees argparse. A test or a script builds them directly."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from operators.llm_client import LLMConfig as ClientConfig
 
@@ -40,6 +40,7 @@ class RunConfig:
     archive: Path = Path("runs/builtin.db")
     export: Path = Path("runs/builtin-best")
     fresh: bool = False  # a new run in the archive even if one is there
+    extend: bool = False  # on resume, generations and the task filters may grow
     time_limit: float | None = None  # seconds for the whole command
     aa_every: int = 25  # GPU: an A/A sentinel after every N evaluations; 0: none
     operators: str = "knobs"  # knobs, llm or both, resolved
@@ -50,6 +51,8 @@ class RunConfig:
     # kept with the run so every session of it compares: the baseline and the input seeds
     baseline: str = "reference"
     seeds: str = "0,1"
+    # every option the command resolved, by name: stored with the run so a resume needs only the archive
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from archives.archive import Archive
 from archives.records import RunStatus
 from evolve.config import LLMConfig, RunConfig, SearchConfig
+from evolve.config_file import FIXED, resume_conflicts
 from evolve.evaluating import SearchEvaluator
 from evolve.export import export
 from evolve.llm_setup import LLMRun, llm_run, preflight
@@ -28,10 +29,7 @@ from suites.task import Task
 
 EXIT_WAITING = 3  # an --llm-exchange round is written and waits for its answers
 
-# a resumed run must keep these; the others (generations, budgets) may grow between sessions
-FIXED = ("suite", "suite_path", "islands", "population", "seed", "migration_interval", "operators",
-         "baseline", "seeds")  # the last two: speedups and correctness of the sessions must compare
-
+__all__ = ["FIXED", "SearchError", "SearchResult", "run_search", "stored_config"]
 
 class SearchError(Exception):
     """An archive that does not fit the options, or nothing to search; the message is meant for the user."""
@@ -50,26 +48,30 @@ class SearchResult:
 
 
 def stored_config(run: RunConfig, search: SearchConfig) -> dict[str, Any]:
-    """What the archive keeps of a run's options (FIXED among them must match on resume)."""
-    return {"suite": run.suite, "suite_path": run.suite_path, "islands": search.islands,
+    """What the archive keeps of a run's options (FIXED among them must match on resume): every
+    option the command resolved, and the values the configs hold."""
+    return {**run.options, "tasks": run.tasks, "difficulty": run.difficulty, "category": run.category,
+            "suite": run.suite, "suite_path": run.suite_path, "islands": search.islands,
             "population": search.population, "seed": search.seed, "migration_interval": search.migration_interval,
             "operators": run.operators, "generations": search.generations, "model": run.model,
             "baseline": run.baseline, "seeds": run.seeds}
 
 
-def _run_id(archive: Archive, config: dict[str, Any], fresh: bool) -> tuple[int, str]:
+def _run_id(archive: Archive, config: dict[str, Any], fresh: bool, extend: bool = False) -> tuple[int, str]:
     latest = archive.latest_run()
     if latest is None or fresh:
         return archive.new_run(config["suite"], config), "new run"
-    for key in FIXED:
-        old = latest.config
-        if key in old and old.get(key) != config.get(key):  # (archives from before a key was kept lack it)
-            flag = "--" + key.replace("_", "-")
-            raise SearchError(f"archive {archive.path} holds run {latest.id} made with {flag} {old.get(key)}; "
-                              f"this command asks for {config.get(key)}: add --fresh to start a new run in it, "
-                              "or give another --archive")
+    conflicts = resume_conflicts(latest.config, config, extend)
+    if conflicts:
+        raise SearchError(conflict_message(archive.path, latest.id, conflicts))
     archive.prepare_to_write()
+    archive.set_config(latest.id, config)
     return latest.id, f"resuming run {latest.id}"
+
+
+def conflict_message(path: Any, run_id: int, conflicts: list[str]) -> str:
+    return (f"archive {path} holds run {run_id} made with {'; '.join(conflicts)}: add --fresh to start "
+            "a new run in it, or give another --archive")
 
 
 def searchable(run: RunConfig) -> dict[str, Task]:
@@ -80,7 +82,8 @@ def searchable(run: RunConfig) -> dict[str, Task]:
     tasks = select(load_suite(run.suite, run.suite_path), run.tasks, run.difficulty, run.category)
     record = validation.read(validation.record_path(run.suite, run.validation))
     invalid = validation.invalid_tasks(record)
-    left_out = {n: f"invalid-here on {record.get('device')} ({invalid[n][:80]})" for n in tasks if n in invalid}
+    left_out = {n: f"invalid-here on {record.get('device')} ({validation.brief(invalid[n], 120)})"
+                for n in tasks if n in invalid}
     if run.operators == "knobs":
         left_out.update({n: "no starting kernel (the knob operators need one; use --operators llm)"
                          for n, t in tasks.items() if not t.start_source})
@@ -104,7 +107,7 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         evaluator.close()
         raise
     try:
-        run_id, how = _run_id(archive, stored_config(run, search), run.fresh)
+        run_id, how = _run_id(archive, stored_config(run, search), run.fresh, run.extend)
         llm_state: LLMRun | None = llm_run(llm, run, archive, run_id) if llm else None
         operators, operator_line = build_operators(run.operators, llm_state.setup if llm_state else None,
                                                    run.knob_rate, explicit=run.operators_explicit)

@@ -77,6 +77,18 @@ def short_reason(reason: str) -> str:
     return head[:300]
 
 
+def brief(reason: str, width: int = 160) -> str:
+    """`short_reason` for one line of a table: at most `width` characters, cut in its lead-in
+    rather than at its end, so the exception that says what went wrong still shows."""
+    text = short_reason(reason)
+    if len(text) <= width:
+        return text
+    head, sep, tail = text.partition(": ")
+    if not sep or len(tail) > width - 20:  # the exception alone is long: its start names it
+        return (tail if sep else text)[:width - 3] + "..."
+    return head[:width - len(tail) - 5].rstrip() + "...: " + tail
+
+
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
 _SHARED_GPU = ("cuda out of memory", "outofmemoryerror", "illegal memory access", "device-side assert",
                "torch_use_cuda_dsa", "unspecified launch failure")
@@ -104,7 +116,7 @@ def reason_class(reason: str) -> str:
                        ("hip", "AMD-only API"), ("import failed", "import error")):
         if key in low:
             return label
-    return "other: " + reason[:80]
+    return "other: " + brief(reason, 100)
 
 
 def summary(entries: dict[str, dict]) -> list[str]:

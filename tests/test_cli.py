@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -89,14 +90,42 @@ def test_a_typo_gets_a_suggestion(args, words):
 
 
 def test_version_and_help_for_every_option():
+    import argparse
+
+    from evolve.cli_options import COMMANDS, build_parser
+
     p = run("--version")
     assert p.returncode == 0 and p.stdout.startswith("triton-evolve ")
-    for command in ("search", "list", "check", "validate", "report"):
-        text = run(command, "--help").stdout
-        for flag in ("--seed", "--json"):
-            i = text.find(flag + " ") if flag + " " in text else text.find(flag + "\n")
-            if i >= 0:  # the option exists here: it has help text on its line or the next
-                assert len(text[i:].split("\n")[0].split()) > 1 or text[i:].split("\n")[1].startswith(" " * 10)
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(COMMANDS)
+    bare = [f"{name} {a.option_strings or a.dest}" for name, parser in sub.choices.items()
+            for a in parser._actions if not (a.help or "").strip()]
+    assert bare == []
+    text = run("resume", "--help").stdout
+    assert "usage: run.py resume" in text and "islands per task" in text and "--extend" in text
+
+
+def test_the_console_command_runs_once_installed(tmp_path):
+    """`pip install -e .` makes a `triton-evolve` command of run.py's main (run.py is a top-level
+    module: pyproject's py-modules must name it). A fresh venv that sees this one's packages
+    through a path file; pip installs only the project into it."""
+    venv = tmp_path / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    ours = subprocess.run([sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "deps.pth").write_text(ours + "\n")
+    p = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                        "--no-build-isolation", "-e", str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    p = subprocess.run([str(venv / "bin" / "triton-evolve"), "--version"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.startswith("triton-evolve "), p.stderr[-2000:]
+    p = subprocess.run([str(venv / "bin" / "triton-evolve"), "resum", "x.db"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "(did you mean 'resume'?)" in p.stderr, p.stderr
 
 
 def test_a_closed_pipe_ends_list_quietly():
@@ -122,5 +151,6 @@ def test_ctrl_c_stops_validate_within_seconds_and_keeps_what_finished(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130 and "recorded in" in err, err[-2000:]
-    assert time.monotonic() - t0 < 45  # the in-flight task at most, not the 14 others
+    # the in-flight task is cancelled too, not waited for (3.7 s seen on 2 shared CPU cores)
+    assert time.monotonic() - t0 < 12
     assert 1 <= len(json.loads(record.read_text())["tasks"]) < 15

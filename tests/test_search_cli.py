@@ -112,8 +112,10 @@ def test_sigkill_mid_generation_then_resume(tmp_path):
 @pytest.mark.parametrize("extra, message", [
     (["--islands", "0"], "--islands must be at least 1"),
     (["--operators", "magic"], "unknown operator set 'magic'"),
-    (["--tasks", "nope"], "unknown task(s): nope"),
-    (["--category", "nothing"], "no task matches"),
+    # --fresh: the same filters on a resume are refused as changes to the run (tests/test_config.py);
+    # a new run checks them before it writes anything
+    (["--fresh", "--tasks", "nope"], "unknown task(s): nope"),
+    (["--fresh", "--category", "nothing"], "no task matches"),
 ])
 def test_bad_input_is_one_line_and_leaves_the_archive_alone(finished, extra, message):
     tmp, _ = finished

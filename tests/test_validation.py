@@ -37,3 +37,30 @@ def test_classes_name_the_cuda_faults():
     assert validation.reason_class("x: Compile with `TORCH_USE_CUDA_DSA` to enable") == "CUDA device-side assert"
     assert validation.reason_class("x: an illegal memory access was encountered") == "CUDA illegal memory access"
     assert validation.reason_class("x: torch.OutOfMemoryError: CUDA out of memory") == "out of memory"
+
+
+LONG = ("the suite's reference fails here, after its warm-up and the first of its tuning shapes "
+        "(batch 4096, hidden 8192): torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB")
+
+
+def test_a_brief_reason_keeps_its_exception_and_fits_a_line():
+    assert LONG.index("OutOfMemoryError") > 80  # cut at 80 characters, it would say nothing
+    b = validation.brief(LONG, 110)
+    assert len(b) <= 110 and b.startswith("the suite's") and b.endswith("Tried to allocate 8.00 GiB")
+    assert "...: torch.OutOfMemoryError" in b
+    assert validation.brief("wrong result", 110) == "wrong result"
+    long_exception = "x: ValueError: " + "y" * 300
+    assert validation.brief(long_exception, 60) == ("ValueError: " + "y" * 300)[:57] + "..."
+    assert "OutOfMemoryError" in validation.reason_class("a lead-in " * 12 + ": torch.OutOfMemoryError: boom")
+
+
+def test_a_task_left_out_as_invalid_here_says_why_in_full(tmp_path, capsys):
+    from evolve.config import RunConfig
+    from evolve.runner import searchable
+
+    validation.merge(tmp_path / "v.json", "builtin", "NVIDIA H100", {"softmax": {"status": validation.INVALID,
+                                                                             "reason": LONG}})
+    kept = searchable(RunConfig(tasks="softmax,cumsum", validation=str(tmp_path / "v.json")))
+    assert list(kept) == ["cumsum"]
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("left out softmax: invalid-here on NVIDIA H100") and "torch.OutOfMemoryError" in line
