@@ -54,8 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("archive")
     p.add_argument("--show", action="store_true", help="print the canonical text, not its hash")
+    p.add_argument("--search-only", action="store_true",
+                   help="leave out the runs rows (their stored options grow as options are added): candidates, "
+                   "evaluations and populations only")
     args = p.parse_args(argv)
     lines = canonical(args.archive)
+    if args.search_only:
+        lines = [x for x in lines if not x.startswith("run ")]
     if args.show:
         print("\n".join(lines))
     else:
