@@ -178,6 +178,7 @@ def search_configs(args: argparse.Namespace) -> Configs:
     search = SearchConfig(islands=o.islands, population=o.population, generations=o.generations,
                           migration_interval=o.migration_interval, seed=o.seed,
                           budget_evals=o.budget_evals, target_speedup=o.target_speedup,
+                          patience=o.patience, roofline_stop=o.roofline_stop,
                           temperatures=temperatures(o.temperature, o.islands) if llm else ())
     return Configs(run=run, search=search, evaluation=evaluation, cluster=cluster, llm=llm)
 
@@ -234,7 +235,10 @@ def _search_problems(args: argparse.Namespace) -> list[str]:
               (args.budget_evals is not None and args.budget_evals < 1, "--budget-evals must be at least 1"),
               (args.time_limit is not None and args.time_limit <= 0, "--time-limit must be positive"),
               (args.max_debug < 1, "--max-debug must be at least 1"),
-              (args.aa_every < 0, "--aa-every must be 0 (none) or more"))
+              (args.aa_every < 0, "--aa-every must be 0 (none) or more"),
+              (args.patience is not None and args.patience < 1, "--patience must be at least 1"),
+              (args.roofline_stop is not None and not 0 < args.roofline_stop <= 1,
+               "--roofline-stop must be a share in (0, 1], e.g. 0.9"))
     return [message for bad, message in checks if bad]
 
 

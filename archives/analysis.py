@@ -147,11 +147,24 @@ def _point(g: dict[str, Any]) -> dict[str, Any]:
             "fast_1": g["fast_p"][1.0]}
 
 
-def llm_summary(data: ReportData) -> dict[str, Any]:
+def llm_per_task(data: ReportData, tasks: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per task: its LLM calls and tokens against its best speedup (what the calls bought)."""
+    out: dict[str, dict[str, Any]] = {}
+    for c in data.llm_calls:
+        name = c.get("task") or "?"
+        t = out.setdefault(name, {"task": name, "calls": 0, "tokens": 0,
+                                  "speedup": (tasks.get(name) or {}).get("speedup")})
+        t["calls"] += 1
+        t["tokens"] += (c.get("prompt_tokens") or 0) + (c.get("completion_tokens") or 0)
+    return [out[k] for k in sorted(out)]
+
+
+def llm_summary(data: ReportData, tasks: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     calls = data.llm_calls
     if not calls:
         return {"calls": 0}
-    return {"calls": len(calls), "errors": sum(bool(c.get("error")) for c in calls),
+    return {"calls": len(calls), "per_task": llm_per_task(data, tasks or {}),
+            "errors": sum(bool(c.get("error")) for c in calls),
             "prompt_tokens": sum(c.get("prompt_tokens") or 0 for c in calls),
             "completion_tokens": sum(c.get("completion_tokens") or 0 for c in calls),
             "latency_s": sum(c.get("latency_s") or 0.0 for c in calls),
@@ -233,6 +246,6 @@ def analyze(data: ReportData) -> dict[str, Any]:
         "by_difficulty": _groups(counted, lambda t: t["difficulty"] if t["difficulty"] is not None else "unknown"),
         "by_category": _groups(counted, lambda t: t["category"]),
         "scaling": scaling(data, list(counted), islands),
-        "llm": llm_summary(data),
+        "llm": llm_summary(data, tasks),
         "cost_curve": cost_curve(data, list(counted)),
     }

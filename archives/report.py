@@ -145,6 +145,8 @@ def tables(r: dict) -> list[tuple]:
         out.append(("LLM calls", ["calls", "errors", "prompt tokens", "completion tokens", "latency (s)", "models"],
                     [[str(llm["calls"]), str(llm["errors"]), str(llm["prompt_tokens"]), str(llm["completion_tokens"]),
                       f"{llm['latency_s']:.0f}", ", ".join(llm["models"])]]))
+        out.append(("LLM calls per task", ["task", "calls", "tokens", "best speedup"],
+                    [[t["task"], str(t["calls"]), str(t["tokens"]), times(t["speedup"])] for t in llm["per_task"]]))
     return out
 
 

@@ -63,6 +63,11 @@ def _search_opts(p: argparse.ArgumentParser, resume: bool = False) -> None:
                    help="GPU: after every N evaluations, time a starting kernel against itself (an A/A "
                    "sentinel: the timing noise under the search's load); 0: none (default 25)")
     p.add_argument("--target-speedup", type=float, default=None, help="stop a task once this speedup is reached")
+    p.add_argument("--patience", type=int, default=None, metavar="N",
+                   help="stop a task after N generations without a better best speedup (default: off)")
+    p.add_argument("--roofline-stop", type=float, default=None, metavar="SHARE",
+                   help="stop a task once its best kernel reaches SHARE (0-1, e.g. 0.9) of the roofline on "
+                   "every timed shape; needs the task's cost model and a GPU (default: off)")
     if not resume:
         p.add_argument("--fresh", action="store_true", help="start a new run even if the archive holds one")
     _cluster_opts(p)

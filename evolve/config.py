@@ -25,6 +25,8 @@ class SearchConfig:
     budget_evals: int | None = None  # per task
     target_speedup: float | None = None  # a task stops once its best kernel reaches it
     temperatures: tuple[float, ...] = ()  # per island, for LLM operators; islands differ in it
+    patience: int | None = None  # a task stops after this many generations without a better best speedup
+    roofline_stop: float | None = None  # a task stops once its best kernel reaches this share of the roofline
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,12 @@ start, endpoint included, so a bad key, URL or model is one clear line before an
 client bound to the archive, the exchange folder, the GPU's figures, the retrieval corpus."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from archives.archive import Archive
 from evolve.config import LLMConfig, RunConfig
+from evolve.task_search import Halt, TaskEnd
 from operators.gpu_info import describe, detect
 from operators.llm_client import LLMClient
 from operators.llm_client import LLMConfig as ClientConfig
@@ -70,14 +72,29 @@ class LLMRun:
                                        [self.client.run_id]).fetchone()
         return int(n), float(cost)
 
-    def finish(self, waiting: bool) -> None:
-        """The command's closing LLM lines; when an exchange round waits, its request file."""
-        print(self.summary(), flush=True)
+    def finish(self, waiting: bool, ends: Mapping[str, TaskEnd]) -> None:
+        """The command's closing LLM lines: the calls early stops spared; when an exchange round
+        waits, its request file and what waits in it, per task and operator."""
+        print(self.summary() + saved_text(ends), flush=True)
         if waiting and self.exchange:
+            counts = self.exchange.pending_counts()
             path, n = self.exchange.write_requests()
-            print(f"waiting for LLM answers: wrote {n} request(s) to {path} (OpenAI Batch API input format); "
-                  f"send them with `python run.py llm-batch {path.parent}` (or any Batch API runner that "
-                  f"writes its output .jsonl into {path.parent}), then run this command again", flush=True)
+            per = ", ".join(f"{task} {op} {k}" for (task, op), k in sorted(counts.items()))
+            print(f"waiting for LLM answers: wrote {n} request(s) to {path} (OpenAI Batch API input format)"
+                  + (f"; pending per task and operator: {per}" if per else "")
+                  + f"; send them with `python run.py llm-batch {path.parent}` (or any Batch API runner that "
+                  f"writes its output .jsonl into {path.parent}), then run this command again: tasks whose "
+                  f"answers are all there go on, the others wait", flush=True)
+
+
+def saved_text(ends: Mapping[str, TaskEnd]) -> str:
+    """'; early stopping saved about N LLM call(s) (task: why, ...)', or '' when no task stopped early."""
+    early = {name: e for name, e in ends.items() if e.halt in (Halt.PATIENCE, Halt.ROOFLINE)}
+    if not early:
+        return ""
+    total = sum(e.saved_calls for e in early.values())
+    why = ", ".join(f"{name}: {e.halt.value}" for name, e in sorted(early.items()))
+    return f"; early stopping saved about {total} LLM call(s) ({why})"
 
 
 def llm_run(llm: LLMConfig, run: RunConfig, archive: Archive, run_id: int) -> LLMRun:

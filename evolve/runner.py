@@ -124,7 +124,7 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         print_summary(summary, run.export)
         status = run_status(interrupted, ends)
         if llm_state:
-            llm_state.finish(status is RunStatus.WAITING)
+            llm_state.finish(status is RunStatus.WAITING, ends)
         archive.set_status(run_id, status)
     finally:
         evaluator.close()

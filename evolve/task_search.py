@@ -35,8 +35,10 @@ from evolve.config import SearchConfig
 from evolve.policies import Policy
 from evolve.population import Kernel
 from evolve.progress import Evaluated, Event, GenerationDone
+from evolve.stopping import at_roofline, saved_calls, stalled
 from fitness.verdict import Verdict, untimeable_start
 from operators.base import Child, Context, Exhausted, Parent, Pending, WeightedOperator
+from operators.shape_facts import median_baselines
 from suites.task import Task
 
 logger = logging.getLogger(__name__)
@@ -57,12 +59,15 @@ class Halt(enum.Enum):
     BUDGET = "evaluation budget spent"
     EXHAUSTED = "no operators left"  # LLM budget spent, endpoint refused
     INVALID = "invalid here"  # the task's reference or starting kernel cannot be judged here
+    PATIENCE = "no improvement (patience)"  # --patience generations without a better best speedup
+    ROOFLINE = "at the roofline"  # --roofline-stop: the best kernel is near the roofline on every shape
 
 
 @dataclass(frozen=True)
 class TaskEnd:
     halt: Halt
     detail: str = ""  # what exhausted the operators, or why the task is invalid here
+    saved_calls: int = 0  # an early stop: the LLM calls its remaining generations would have made
 
     def __str__(self) -> str:
         if self.halt is Halt.INVALID:
@@ -92,6 +97,7 @@ class TaskSearch:
         self.repairing = {w.operator.name for w in operators if w.operator.repairs}
         self.known = {c.code_hash for c in self.archive.candidates(self.run_id, task.name)}
         self.best: float | None = None
+        self.done = 0  # the last finished generation, for the early stops
         self.waiting = False  # an operator's answer is pending (LLM exchange round)
         self.exhausted = ""  # why operators were dropped (LLM budget, endpoint)
         self.invalid = ""  # the evaluator found the task's reference failing on this machine
@@ -119,6 +125,7 @@ class TaskSearch:
         self._note_best(islands)
         self._event(done, islands)
         for gen in range(done + 1, self.config.generations + 1):
+            self.done = gen - 1
             end = self._should_stop()
             if end:
                 return end
@@ -133,6 +140,7 @@ class TaskSearch:
             self._save(gen, islands)
             self._note_best(islands)
             self._event(gen, islands)
+        self.done = self.config.generations
         return self._should_stop() or TaskEnd(Halt.DONE)
 
     def _save(self, gen: int, islands: list[list[Kernel]]) -> None:
@@ -152,7 +160,20 @@ class TaskSearch:
             return TaskEnd(Halt.TARGET)
         if self.config.budget_evals and self._evaluations() >= self.config.budget_evals:
             return TaskEnd(Halt.BUDGET)
-        return None
+        return self._early_stop()
+
+    def _early_stop(self) -> TaskEnd | None:
+        """--roofline-stop and --patience: only while generations are left (else it is done)."""
+        cfg = self.config
+        left = cfg.generations - self.done
+        if left <= 0 or not (cfg.patience or cfg.roofline_stop):
+            return None
+        rows = self.archive.candidates(self.run_id, self.task.name)
+        halt = Halt.ROOFLINE if cfg.roofline_stop and at_roofline(rows, cfg.roofline_stop) else \
+            Halt.PATIENCE if cfg.patience and stalled(rows, self.done, cfg.patience) else None
+        if halt is None:
+            return None
+        return TaskEnd(halt, saved_calls=saved_calls(left, cfg.islands, cfg.population, self.operators))
 
     def _evaluations(self) -> int:
         return self.archive.evaluation_count(self.run_id, self.task.name)
@@ -222,7 +243,8 @@ class TaskSearch:
             return []
         rows = self.archive.candidates(self.run_id, self.task.name)
         context = Context(self.task.name, self.task.instruction, self.task.entry, island, gen,
-                          self._temperature(island), self._history(rows, island, gen), self.reference)
+                          self._temperature(island), self._history(rows, island, gen), self.reference,
+                          median_baselines(c.evaluation.times for c in rows if c.evaluation))
         # the previous generation's failures of this island, for the repair operator
         failed = [Kernel(c) for c in rows if c.island == island and c.generation == gen - 1
                   and c.evaluated and not c.correct]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from fitness.timing import TimedSide
-from suites.script import to_wire
+from suites.script import describe_inputs, to_wire
 
 # GPU memory a timing child keeps in prepared shapes (input sets up to 2 GiB each, fitness.timing),
 # as a share of the device's: the baseline child keeps every shape of a search's epoch. H100
@@ -38,6 +38,7 @@ class PreparedSides:
         reply = side.calibrate()  # warm-up (launcher, module load) and the time of one call
         if cost is not None:
             reply["cost"] = cost()
+        reply["describe"] = describe_inputs(side.draws[0])  # what the prompt names behind this row's time
         side.cal = reply
         self.sides[slot] = side
         self._trim(slot)

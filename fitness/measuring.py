@@ -57,6 +57,7 @@ def _row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> dict:
             "baseline_spread": spread(times["b"]), "method": method, "input_sets": n_sets,
             "trials": len(times["c"]), "baseline_trials": len(times["b"]),
             "baseline_kept": bool(plan.get("baseline_reused")), "bytes": bytes_, "flops": flops,
+            "describe": str(cal["b"].get("describe", "")),
             "phase_ms": {"warm_up": cal["c"].get("warm_ms", 0.0), "baseline_warm_up": cal["b"].get("warm_ms", 0.0)}}
 
 

@@ -38,6 +38,9 @@ class Context:
     temperature: float | None = None
     history: list = field(default_factory=list)  # earlier attempts (Parent), sorted ascending by speedup
     reference: str = ""  # the reference's source, when it has one: what generation retrieves by
+    # per timed shape (operators.shape_facts.row_key): the run's median baseline ms, which the
+    # history's speedups are taken against
+    baselines: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -161,7 +161,7 @@ class LLMClient:
         self.budget.reserve(bound)
         if self.exchange is not None:
             # the call is as good as paid once it is in the request file: keep the reservation
-            self.exchange.queue(key, body)
+            self.exchange.queue(key, body, (str(meta.get("task", "")), str(meta.get("operator", ""))))
             raise Pending(f"request {key} is waiting in the exchange folder")
         cost = bound  # unless the server says what it billed
         try:

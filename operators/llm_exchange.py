@@ -13,6 +13,7 @@ import hashlib
 import json
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 REQUESTS = "requests.jsonl"
@@ -32,11 +33,18 @@ class Exchange:
         except OSError as e:
             raise ExchangeError(f"cannot use --llm-exchange folder {self.dir}: {e.strerror}") from None
         self.pending: dict[str, dict] = {}
+        self.asker: dict[str, tuple[str, str]] = {}  # per pending request: (task, operator)
         self.lock = threading.Lock()
 
-    def queue(self, key: str, body: dict):
+    def queue(self, key: str, body: dict, asker: tuple[str, str] = ("", "")):
         with self.lock:
             self.pending[key] = body
+            self.asker[key] = asker
+
+    def pending_counts(self) -> dict[tuple[str, str], int]:
+        """Requests waiting for an answer, per (task, operator)."""
+        with self.lock:
+            return dict(Counter(self.asker[k] for k in self.pending))
 
     def write_requests(self) -> tuple[Path, int]:
         """This round's requests, replacing the last round's file (whose answered requests are in

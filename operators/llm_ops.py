@@ -19,6 +19,7 @@ from operators.base import Child, Context, Operator, Parent
 from operators.llm_client import LLMCallError, LLMClient
 from operators.llm_parse import MAX_RESPONSE_CHARS, parse_answer
 from operators.retrieval import Retriever
+from operators.shape_facts import row_key, shape_line, stable_speedup
 
 PROMPTS = Path(__file__).parent / "prompts"
 HISTORY = 6  # earlier attempts shown to the optimizer
@@ -38,27 +39,32 @@ def trim_error(text: str) -> str:
     return out if len(out) <= ERROR_CHARS else "..." + out[-ERROR_CHARS:]
 
 
-def result_line(p: Parent) -> str:
+def result_line(p: Parent, baselines: dict[str, float] | None = None) -> str:
+    """A kernel's result as the prompt gives it; with `baselines` (the run's median baseline time
+    per shape) its speedups are against those, so attempts timed at different moments compare."""
     if not p.correct:
         return f"FAILED at stage {p.stage}: {trim_error(p.error).splitlines()[-1][:200]}"
     if p.speedup is None:
         return "correct, not timed (no GPU in this run)"
-    shapes = "; ".join(
-        f"{_shape(t.get('shape'))} {t.get('dtype', '')}: {t['candidate_ms']:.4f} ms vs baseline "
-        f"{t['baseline_ms']:.4f} ms" for t in p.times if "candidate_ms" in t)
-    return f"speedup {p.speedup:.3f}x" + (f" (per shape: {shapes})" if shapes else "")
+    rows = [t for t in p.times if "candidate_ms" in t]
+    base = baselines or {}
+    shapes = "; ".join(shape_line(t, base.get(row_key(t))) for t in rows)
+    score = stable_speedup(rows, base) if base else None
+    head = f"speedup {score:.3f}x against the run's median baseline" if score else f"speedup {p.speedup:.3f}x"
+    return head + (f" (per shape: {shapes})" if shapes else "")
 
 
-def _shape(shape) -> str:
-    return ",".join(f"{k}={v}" for k, v in (shape or {}).items())
+def history_block(history: list[Parent], baselines: dict[str, float] | None = None) -> str:
+    """OPRO: the best `HISTORY` attempts, ascending by speedup (against the stable baseline where
+    given), so the best sits next to the ask."""
+    def score(p: Parent) -> tuple[bool, float]:
+        rows = [t for t in p.times if "candidate_ms" in t]
+        return p.correct, (stable_speedup(rows, baselines) if baselines and rows else None) or p.speedup or 0.0
 
-
-def history_block(history: list[Parent]) -> str:
-    """OPRO: the best `HISTORY` attempts, ascending by speedup, so the best sits next to the ask."""
-    ranked = sorted(history, key=lambda p: (p.correct, p.speedup or 0.0))[-HISTORY:]
+    ranked = sorted(history, key=score)[-HISTORY:]
     if not ranked:
         return "(no earlier attempts yet)"
-    return "\n\n".join(f"Attempt {i} ({result_line(p)}; strategy: {p.note or p.operator or 'n/a'}):\n"
+    return "\n\n".join(f"Attempt {i} ({result_line(p, baselines)}; strategy: {p.note or p.operator or 'n/a'}):\n"
                        f"```python\n{p.source.rstrip()}\n```" for i, p in enumerate(ranked, 1))
 
 
@@ -114,8 +120,8 @@ class LLMMutate(LLMOperator):
         p = parents[0]
         others = [h for h in context.history if h.id != p.id]
         user = template("mutate").substitute(
-            **self._base(context), history=history_block(others), parent_code=p.source.rstrip(),
-            parent_note=p.note or p.operator or "n/a", parent_result=result_line(p),
+            **self._base(context), history=history_block(others, context.baselines), parent_code=p.source.rstrip(),
+            parent_note=p.note or p.operator or "n/a", parent_result=result_line(p, context.baselines),
             parent_flags=", ".join(p.flags) or "nothing")
         return self._chat(user, context)
 
@@ -132,8 +138,9 @@ class LLMCrossover(LLMOperator):
     def messages(self, parents, context):
         a, b = parents
         user = template("crossover").substitute(
-            **self._base(context), a_code=a.source.rstrip(), b_code=b.source.rstrip(), a_result=result_line(a),
-            b_result=result_line(b), a_note=a.note or a.operator or "n/a", b_note=b.note or b.operator or "n/a")
+            **self._base(context), a_code=a.source.rstrip(), b_code=b.source.rstrip(),
+            a_result=result_line(a, context.baselines), b_result=result_line(b, context.baselines),
+            a_note=a.note or a.operator or "n/a", b_note=b.note or b.operator or "n/a")
         return self._chat(user, context)
 
 

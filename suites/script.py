@@ -287,3 +287,24 @@ class ZeroedEmpty(TorchDispatchMode):
             if isinstance(out, torch.Tensor) and out.device.type != "meta":
                 out.zero_()
         return out
+
+
+def describe_inputs(args: tuple, limit: int = 400) -> str:
+    """What a timed call gets, for prompts: each argument's dtype and sizes (strides where not
+    contiguous), so a per-shape time says which sizes are behind it."""
+    text = ", ".join(_describe(a) for a in args)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _describe(a) -> str:
+    if isinstance(a, torch.Tensor):
+        out = f"{str(a.dtype).removeprefix('torch.')}[{', '.join(str(s) for s in a.shape)}]"
+        return out if a.is_contiguous() else f"{out} strides ({', '.join(str(s) for s in a.stride())})"
+    if isinstance(a, (list, tuple)):
+        inner = ", ".join(_describe(v) for v in a[:4]) + (f", ... ({len(a)} items)" if len(a) > 4 else "")
+        return f"[{inner}]"
+    if isinstance(a, dict):
+        return "{" + ", ".join(f"{k}: {_describe(v)}" for k, v in list(a.items())[:4]) + "}"
+    if a is None or isinstance(a, (bool, int, float, str)):
+        return repr(a)[:40]
+    return type(a).__name__

@@ -111,6 +111,8 @@ def test_sigkill_mid_generation_then_resume(tmp_path):
 
 @pytest.mark.parametrize("extra, message", [
     (["--islands", "0"], "--islands must be at least 1"),
+    (["--patience", "0"], "--patience must be at least 1"),
+    (["--roofline-stop", "1.5"], "--roofline-stop must be a share in (0, 1]"),
     (["--operators", "magic"], "unknown operator set 'magic'"),
     # --fresh: the same filters on a resume are refused as changes to the run (tests/test_config.py);
     # a new run checks them before it writes anything
