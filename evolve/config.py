@@ -25,6 +25,9 @@ class SearchConfig:
     budget_evals: int | None = None  # per task
     target_speedup: float | None = None  # a task stops once its best kernel reaches it
     temperatures: tuple[float, ...] = ()  # per island, for LLM operators; islands differ in it
+    # optimize: Triton to Triton from the starting kernel; instruction (GEAK's): the LLM writes
+    # generation 0 from the instruction and interface, never seeing the reference's or start's code
+    setting: str = "optimize"
 
 
 @dataclass(frozen=True)
