@@ -49,13 +49,14 @@ def _signature(node: ast.stmt) -> str:
     """The def or class line (and a class's method lines), with no body."""
     if isinstance(node, ast.ClassDef):
         bases = ", ".join(ast.unparse(b) for b in node.bases)
-        methods = [f"    {_signature(m)}" for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        return "\n".join([f"class {node.name}({bases}):", *methods])
+        methods = [_signature(m) for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        body = [f"    {line}" for m in methods for line in m.splitlines()] or ["    ..."]
+        return "\n".join([f"class {node.name}({bases}):", *body])
     assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
     decorators = [f"@{ast.unparse(d)}" for d in node.decorator_list if ast.unparse(d) in ("staticmethod",
                                                                                             "classmethod")]
     ret = f" -> {ast.unparse(node.returns)}" if node.returns else ""
-    return " ".join([*decorators, f"def {node.name}({ast.unparse(node.args)}){ret}: ..."])
+    return "\n".join([*decorators, f"def {node.name}({ast.unparse(node.args)}){ret}: ..."])
 
 
 def describe_interface(task: Any) -> str:
@@ -65,7 +66,7 @@ def describe_interface(task: Any) -> str:
     lines = [f"The module must define {entry_phrase(task.entry, task.start_source)}."]
     if sigs:
         lines += ["Signatures (bodies are yours to write):", "```python", *sigs, "```"]
-    if task.dtypes:
+    if task.dtypes and task.dtypes != ("given",):  # "given": a script task's inputs carry their own
         lines.append(f"Input dtypes: {', '.join(task.dtypes)}; outputs as the instruction describes them.")
     shapes = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in task.shapes.tuning[:4])
     if shapes:
