@@ -146,7 +146,8 @@ def test_corpus_leaves_out_the_searched_suite(tritonbench):
 
 
 def _class_answer(body, n):
-    return (f"Strategy: fresh.\n```python\nimport torch\n\n\nclass FifthOrderSphericalHarmonic(torch.autograd.Function):"
+    return ("Strategy: fresh.\n```python\nimport torch\n\n\n"
+            "class FifthOrderSphericalHarmonic(torch.autograd.Function):"
             f"\n    @staticmethod\n    def forward(ctx, coords):\n        return coords * {n}\n```\n")
 
 
