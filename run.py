@@ -179,7 +179,8 @@ def search_configs(args: argparse.Namespace) -> Configs:
                           migration_interval=o.migration_interval, seed=o.seed,
                           budget_evals=o.budget_evals, target_speedup=o.target_speedup,
                           patience=o.patience, roofline_stop=o.roofline_stop,
-                          temperatures=temperatures(o.temperature, o.islands) if llm else ())
+                          temperatures=temperatures(o.temperature, o.islands) if llm else (),
+                          setting=o.setting)
     return Configs(run=run, search=search, evaluation=evaluation, cluster=cluster, llm=llm)
 
 
@@ -222,6 +223,9 @@ def _operators(args: argparse.Namespace, problems: list[str]) -> str:
     elif name != "knobs" and not args.model:
         problems.append(f"--operators {name} needs a model: give --model NAME (and --base-url URL for a "
                         "server other than OpenAI's)")
+    elif name == "knobs" and args.setting == "instruction":
+        problems.append("--setting instruction needs an LLM to write the first kernels: give --model NAME "
+                        "(--operators llm or both)")
     elif name == "both" and not 0 < args.knob_rate < 1:
         problems.append("--knob-rate must be between 0 and 1 (exclusive) for --operators both")
     return name

@@ -12,6 +12,10 @@ Rules (stated in the report as well):
   held-out shapes. Suite figure: P(held-out correct | tuning correct) over tasks that have one.
 - pass@k: each island of a task is an independent run (islands differ in their seed; migrants
   are the only exchange); a run succeeds when it made a correct kernel (tuning shapes).
+- Setting (the run's --setting): in `instruction` (GEAK's) the LLM wrote every kernel from the
+  instruction, so the starting kernel is no candidate for the best kernel either. GEAK's task
+  figures: call accuracy = share of tasks with a generated kernel that ran; execution accuracy =
+  share of tasks solved (the exported kernel passes the tuning and held-out shapes).
 - Suite accuracies are the mean over tasks of the per-task rates (each task weighs the same),
   with the pooled rate over all generated candidates beside them.
 """
@@ -31,12 +35,17 @@ def _generated(rows: list[Candidate]) -> list[Candidate]:
     return [r for r in rows if r.evaluated and r.operator != "start"]
 
 
-def task_summary(rows: list[Candidate], islands: int) -> dict[str, Any]:
-    """Figures of one task from its candidates (already restricted to what should count)."""
+def setting(config: dict[str, Any]) -> str:
+    return str(config.get("setting") or "optimize")  # runs from before the option were optimize runs
+
+
+def task_summary(rows: list[Candidate], islands: int, given_start: bool = True) -> dict[str, Any]:
+    """Figures of one task from its candidates (already restricted to what should count);
+    `given_start`: the starting kernel may be the best kernel (False in the instruction setting)."""
     evaluated = [r for r in rows if r.evaluated]
     gen = _generated(rows)
-    best = m.best_kernel(evaluated, need_heldout=True)
-    pick = m.best_kernel(evaluated, need_heldout=False)
+    best = m.best_kernel(evaluated if given_start else gen, need_heldout=True)
+    pick = m.best_kernel(evaluated if given_start else gen, need_heldout=False)
     start = next((r for r in evaluated if r.operator == "start"), None)
     successes = {r.island for r in gen if r.correct}
     fast_islands = {r.island for r in gen if r.correct and (r.speedup or 0) > 1.0}
@@ -48,7 +57,7 @@ def task_summary(rows: list[Candidate], islands: int) -> dict[str, Any]:
         "exec_accuracy": m.rate(sum(r.correct for r in gen), len(gen)),
         "tuning_correct_generated": sum(r.correct for r in gen),
         "heldout_of_tuning_correct": sum(r.correct and r.heldout_correct for r in gen),
-        "solved": best is not None,
+        "solved": best is not None, "ran": any(r.stage in CALLED for r in gen),
         "best": _kernel(best), "search_pick": _kernel(pick),
         "generalizes": None if pick is None else pick.heldout_correct,
         "speedup": best.speedup if best else None,
@@ -86,6 +95,9 @@ def group_summary(tasks: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "tasks": len(tasks),
         "solved": sum(t["solved"] for t in tasks),
+        # GEAK's accuracies, over tasks: a generated kernel ran; the exported kernel passes
+        "task_call_accuracy": m.rate(sum(t["ran"] for t in tasks), len(tasks)),
+        "task_exec_accuracy": m.rate(sum(t["solved"] for t in tasks), len(tasks)),
         "call_accuracy": m.mean(t["call_accuracy"] for t in tasks if t["call_accuracy"] is not None),
         "exec_accuracy": m.mean(t["exec_accuracy"] for t in tasks if t["exec_accuracy"] is not None),
         "call_accuracy_pooled": m.rate(sum(t["called"] for t in tasks), gen),
@@ -126,9 +138,10 @@ def scaling(data: ReportData, counted: list[str], islands: int) -> dict[str, lis
     """Sequential scaling (everything up to generation g) and parallel scaling (the first j
     islands, all generations, with the starting kernel that every island holds)."""
     last = max((r.generation for t in counted for r in data.rows.get(t, [])), default=-1)
+    given = setting(data.run.config) != "instruction"
     seq = []
     for g in range(last + 1):
-        sums = [task_summary([r for r in data.rows[t] if r.generation <= g], islands) for t in counted]
+        sums = [task_summary([r for r in data.rows[t] if r.generation <= g], islands, given) for t in counted]
         now = [r for t in counted for r in _generated(data.rows[t]) if r.generation == g]
         seq.append({"generation": g, **_point(group_summary(sums)),
                     "exec_accuracy_this_generation": m.rate(sum(r.correct for r in now), len(now)),
@@ -136,7 +149,7 @@ def scaling(data: ReportData, counted: list[str], islands: int) -> dict[str, lis
                     "evaluated_this_generation": len(now)})
     par = []
     for j in range(1, islands + 1):
-        sums = [task_summary([r for r in data.rows[t] if r.island < j], j) for t in counted]
+        sums = [task_summary([r for r in data.rows[t] if r.island < j], j, given) for t in counted]
         par.append({"islands": j, **_point(group_summary(sums))})
     return {"by_generation": seq, "by_islands": par}
 
@@ -224,12 +237,14 @@ def analyze(data: ReportData) -> dict[str, Any]:
     for name in sorted(data.rows):
         info = data.tasks.get(name)
         t = {"task": name, "category": info.category if info else "unknown",
-             "difficulty": info.difficulty if info else None, **task_summary(data.rows[name], islands)}
+             "difficulty": info.difficulty if info else None,
+             **task_summary(data.rows[name], islands, setting(data.run.config) != "instruction")}
         tasks[name] = t
     counted = {n: t for n, t in tasks.items() if n not in data.invalid}
     run = data.run
     return {
-        "archive": data.path, "run": {"id": run.id, "suite": run.suite, "status": run.status,
+        "archive": data.path, "setting": setting(run.config),
+        "run": {"id": run.id, "suite": run.suite, "status": run.status,
                                       "config": run.config, "started": run.started, "updated": run.updated,
                                       "runs_in_archive": data.runs_in_archive},
         "live": run.status == "running",

@@ -157,6 +157,10 @@ class Archive:
         rows = list(self.db.query("select * from runs order by id desc limit 1"))
         return rec.run_from_row(rows[0]) if rows else None
 
+    def run(self, run_id: int) -> Run | None:
+        rows = list(self.db.query("select * from runs where id = ?", [run_id]))
+        return rec.run_from_row(rows[0]) if rows else None
+
     def new_run(self, suite: str, config: dict) -> int:
         now = time.time()
         with self.lock:

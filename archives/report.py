@@ -95,7 +95,17 @@ def suite_table(r: dict) -> tuple:
          f"{pct(s['heldout_generalization'])} of {s['heldout_generalization_n']} task(s)"],
         ["held-out correct among all tuning-correct generated kernels", pct(s["heldout_pooled"])],
     ]
-    return "Suite", ["metric", "value"], rows
+    return f"Suite (setting {r['setting']})", ["metric", "value"], rows
+
+
+def setting_table(r: dict) -> tuple:
+    """GEAK's figures, per setting: a report shows one run, so one row, named by its setting."""
+    s = r["suite"]
+    return ("Accuracy by setting (GEAK's way: a task is solved when its exported kernel passes)",
+            ["setting", "tasks", "call accuracy", "execution accuracy",
+             *[f"pass@{k}" for k in metrics.PASS_K]],
+            [[r["setting"], str(s["tasks"]), pct(s["task_call_accuracy"]), pct(s["task_exec_accuracy"]),
+              *[pct(s["pass_at_k"][k]) for k in metrics.PASS_K]]])
 
 
 def task_table(r: dict) -> tuple:
@@ -119,7 +129,7 @@ def task_table(r: dict) -> tuple:
 
 
 def tables(r: dict) -> list[tuple]:
-    out = [suite_table(r)]
+    out = [suite_table(r), setting_table(r)]
     out.append(("By difficulty", GROUP_HEADERS, [group_row(k, g) for k, g in r["by_difficulty"].items()]))
     out.append(("By category", GROUP_HEADERS, [group_row(k, g) for k, g in r["by_category"].items()]))
     out.append(task_table(r))
@@ -202,7 +212,7 @@ figcaption{font-size:12px;color:#555}img{max-width:100%;border:1px solid #ddd}.m
 def _header(r: dict) -> tuple[str, str]:
     run = r["run"]
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(run["started"])) if run["started"] else "?"
-    title = f"triton-evolve report: suite {run['suite']}, run {run['id']}"
+    title = f"triton-evolve report: suite {run['suite']}, run {run['id']}, setting {r['setting']}"
     cfg = run["config"]
     meta = (f"archive {r['archive']}; run started {started}, status {run['status']}; "
             f"{cfg.get('islands', '?')} island(s) x {cfg.get('population', '?')}, "

@@ -69,8 +69,12 @@ def draw_jobs(draw: Draw, count: int, operators: Sequence[WeightedOperator], pop
             if not drawable:
                 break
             op = pick(drawable, draw.rng)
-            parents = selection.parents(population, op.arity, draw.rng) if len(population) > 1 else \
-                [population[0]] * op.arity
+            if not population:  # an island with no kernel yet: a fresh operator, which takes none
+                parents = []
+            elif len(population) > 1:
+                parents = selection.parents(population, op.arity, draw.rng)
+            else:
+                parents = [population[0]] * op.arity
         jobs.append(Job(op, tuple(parents), draw.rng.getrandbits(64)))
     return jobs
 
@@ -83,7 +87,7 @@ class Brood:
     made_before: tuple[str, ...]  # code hashes of the children already in the archive
     population: list[Kernel]
     selection: Selection
-    mutations_only: bool = False  # generation 0: mutants of the starting kernel
+    mutations_only: bool = False  # generation 0: mutants of the starting kernel, or fresh kernels
 
 
 def breed(brood: Brood, draw: Draw, operators: Callable[[], Sequence[WeightedOperator]],

@@ -57,6 +57,10 @@ def _search_opts(p: argparse.ArgumentParser, resume: bool = False) -> None:
                    help="export folder (default: beside the archive, named after it: runs/x.db -> runs/x-best)")
     p.add_argument("--operators", default=None, help="knobs, llm or both (default: llm when one is "
                    "configured, else knobs)")
+    p.add_argument("--setting", choices=("optimize", "instruction"), default="optimize",
+                   help="optimize: improve the task's starting Triton kernel (default); instruction (GEAK's): "
+                   "the LLM writes the first kernels from the instruction and interface alone, never seeing "
+                   "the reference's or starting kernel's code, nor any task of the searched suite")
     p.add_argument("--budget-evals", type=int, default=None, help="stop a task after this many evaluations")
     p.add_argument("--time-limit", type=float, default=None, help="stop the run after this many seconds")
     p.add_argument("--aa-every", type=int, default=25, metavar="N",

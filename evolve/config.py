@@ -27,6 +27,9 @@ class SearchConfig:
     temperatures: tuple[float, ...] = ()  # per island, for LLM operators; islands differ in it
     patience: int | None = None  # a task stops after this many generations without a better best speedup
     roofline_stop: float | None = None  # a task stops once its best kernel reaches this share of the roofline
+    # optimize: Triton to Triton from the starting kernel; instruction (GEAK's): the LLM writes
+    # generation 0 from the instruction and interface, never seeing the reference's or start's code
+    setting: str = "optimize"
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ else:  # the same parser, before it joined the standard library
     import tomli as tomllib
 
 # a resumed run must keep these: its kernels, populations and random draws depend on them, and
-# the last two make the speedups and correctness of its sessions compare
+# baseline and seeds make the speedups and correctness of its sessions compare
 FIXED = ("suite", "suite_path", "islands", "population", "seed", "migration_interval", "operators",
-         "baseline", "seeds")
+         "baseline", "seeds", "setting")
 # these may grow on resume, but only when asked (--extend): a typo must not quietly add work
 EXTENDABLE = ("generations", "tasks", "difficulty", "category")
 # the command's own switches: not settings of the run, so never stored or inherited

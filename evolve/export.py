@@ -77,7 +77,8 @@ def _entry(name: str, evaluated: list[Candidate], passed_over: list[Candidate], 
 
 def _export_task(archive: Archive, run_id: int, name: str, out: Path, where: Where) -> dict[str, Any]:
     evaluated = [c for c in archive.candidates(run_id, name) if c.evaluated]
-    best, passed_over = choose(evaluated)
+    # the instruction setting measures what the LLM wrote: the given starting kernel is no answer
+    best, passed_over = choose([c for c in evaluated if not (where.setting == "instruction" and c.operator == "start")])
     start = next((c for c in evaluated if c.operator == "start"), None)
     entry = _entry(name, evaluated, passed_over, start, best)
     path = out / f"{name}.py"
@@ -107,6 +108,7 @@ class Where:
     suite: str
     suite_path: str | None
     retime: Retimer | None
+    setting: str = "optimize"
 
 
 def export(archive: Archive, run_id: int, suite: str, task_names: list[str], out_dir: str | Path,
@@ -114,7 +116,9 @@ def export(archive: Archive, run_id: int, suite: str, task_names: list[str], out
     """`retime(task, source)`: a fresh speedup measurement, None when it could not be taken."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    entries = [_export_task(archive, run_id, name, out, Where(suite, suite_path, retime)) for name in task_names]
+    run = archive.run(run_id)
+    where = Where(suite, suite_path, retime, run.config.get("setting", "optimize") if run else "optimize")
+    entries = [_export_task(archive, run_id, name, out, where) for name in task_names]
     timed = [e["speedup"] for e in entries if e.get("speedup")]
     vs_start = [e["vs_start"] for e in entries if e.get("vs_start")]
     summary = {"suite": suite, "run_id": run_id, "archive": str(archive.path), "tasks": entries,

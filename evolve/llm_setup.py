@@ -97,7 +97,7 @@ def saved_text(ends: Mapping[str, TaskEnd]) -> str:
     return f"; early stopping saved about {total} LLM call(s) ({why})"
 
 
-def llm_run(llm: LLMConfig, run: RunConfig, archive: Archive, run_id: int) -> LLMRun:
+def llm_run(llm: LLMConfig, run: RunConfig, archive: Archive, run_id: int, setting: str = "optimize") -> LLMRun:
     try:
         exchange = Exchange(llm.exchange) if llm.exchange else None
     except ExchangeError as e:
@@ -111,7 +111,7 @@ def llm_run(llm: LLMConfig, run: RunConfig, archive: Archive, run_id: int) -> LL
             raise OperatorError(str(e)) from None
         notes.append(f"exchange folder {exchange.dir}: {new} new answer(s) imported")
     gpu = describe(None if run.device == "cpu" else detect())
-    setup = LLMSetup(client, gpu, Retriever(corpus_from_suites(_corpus_suites(run))), run.suite, llm.max_debug)
+    setup = LLMSetup(client, gpu, Retriever(corpus_from_suites(corpus_suites(run, setting))), run.suite, llm.max_debug)
     config = llm.client
     price = client.price
     cost = f"${price[0]:g}/${price[1]:g} per million prompt/completion tokens" if price else \
@@ -124,9 +124,10 @@ def llm_run(llm: LLMConfig, run: RunConfig, archive: Archive, run_id: int) -> LL
     return LLMRun(client, setup, exchange, "; ".join([line, *notes]))
 
 
-def _corpus_suites(run: RunConfig) -> dict:
+def corpus_suites(run: RunConfig, setting: str = "optimize") -> dict:
     """The suites whose references the retrieval corpus draws on: builtin, the searched one, and
-    the other public suites whose data is here already."""
+    the other public suites whose data is here already; in the instruction setting, never the
+    searched one (GEAK's rule: no example can be a task of the benchmark being measured)."""
     suites = {"builtin": load_suite("builtin")}
     if run.suite != "builtin":
         suites[run.suite] = load_suite(run.suite, run.suite_path)
@@ -136,4 +137,4 @@ def _corpus_suites(run: RunConfig) -> dict:
                 suites[other] = load_suite(other)
             except SuiteError:
                 pass
-    return suites
+    return {k: v for k, v in suites.items() if k != run.suite} if setting == "instruction" else suites

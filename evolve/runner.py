@@ -54,7 +54,7 @@ def stored_config(run: RunConfig, search: SearchConfig) -> dict[str, Any]:
             "suite": run.suite, "suite_path": run.suite_path, "islands": search.islands,
             "population": search.population, "seed": search.seed, "migration_interval": search.migration_interval,
             "operators": run.operators, "generations": search.generations, "model": run.model,
-            "baseline": run.baseline, "seeds": run.seeds}
+            "baseline": run.baseline, "seeds": run.seeds, "setting": search.setting}
 
 
 def _run_id(archive: Archive, config: dict[str, Any], fresh: bool, extend: bool = False) -> tuple[int, str]:
@@ -108,7 +108,7 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         raise
     try:
         run_id, how = _run_id(archive, stored_config(run, search), run.fresh, run.extend)
-        llm_state: LLMRun | None = llm_run(llm, run, archive, run_id) if llm else None
+        llm_state: LLMRun | None = llm_run(llm, run, archive, run_id, search.setting) if llm else None
         operators, operator_line = build_operators(run.operators, llm_state.setup if llm_state else None,
                                                    run.knob_rate, explicit=run.operators_explicit)
         print(f"triton-evolve: suite {run.suite}, {len(tasks)} task(s), {search.islands} island(s) x "

@@ -1,6 +1,8 @@
 """The search for one task: N islands of P kernels, generation by generation.
 
-Generation 0 is the starting kernel plus P-1 mutants of it on each island. Each later generation:
+Generation 0 is the starting kernel plus P-1 mutants of it on each island; in the instruction
+setting (GEAK's) it is P kernels written afresh per island, and the starting kernel, still the
+baseline, is neither a parent nor shown to the LLM. Each later generation:
 every island picks parents (tournament), its operators make P children, the children are
 evaluated (all islands' at once, through the shared evaluator), the best P of parents and
 children survive, and every M generations the best kernel of each island replaces the worst of
@@ -106,9 +108,13 @@ class TaskSearch:
         # which island keeps a kernel two of them made does not depend on thread timing
         self._turn = threading.Condition()
         self._next_island = 0
+        from operators.interface import describe_interface, entry_phrase
         from operators.retrieval import reference_source
 
-        self.reference = reference_source(task)
+        self.blind = config.setting == "instruction"
+        self.reference = "" if self.blind else reference_source(task)
+        self.interface = describe_interface(task) if self.blind else ""
+        self.entry_form = entry_phrase(task.entry, task.start_source)
 
     # -------------------------------------------------------------------------------------
     def run(self) -> TaskEnd:
@@ -202,7 +208,8 @@ class TaskSearch:
             self.invalid = untimeable_start(start.candidate.flags, start.candidate.error)
         if self.invalid:
             return None
-        seeds = [[start.copy()] for _ in range(self.config.islands)]
+        # the instruction setting starts each island empty: only a fresh operator can fill it
+        seeds = [[] if self.blind else [start.copy()] for _ in range(self.config.islands)]
         mutants = self._evaluate_generation(0, seeds, mutations_only=True)
         if mutants is None or self.waiting:
             return None
@@ -219,7 +226,7 @@ class TaskSearch:
     def _evaluate_generation(self, gen: int, islands: list[list[Kernel]],
                              mutations_only: bool = False) -> list[list[Kernel]] | None:
         """Children of every island for this generation, all evaluated; None when stopped."""
-        wants = self._wants(len(islands), self.config.population - (1 if mutations_only else 0))
+        wants = self._wants(len(islands), self.config.population - (len(islands[0]) if mutations_only else 0))
 
         def island_children(i: int) -> list[Candidate]:
             have = self.archive.candidates(self.run_id, self.task.name, i, gen)
@@ -244,7 +251,8 @@ class TaskSearch:
         rows = self.archive.candidates(self.run_id, self.task.name)
         context = Context(self.task.name, self.task.instruction, self.task.entry, island, gen,
                           self._temperature(island), self._history(rows, island, gen), self.reference,
-                          median_baselines(c.evaluation.times for c in rows if c.evaluation))
+                          baselines=median_baselines(c.evaluation.times for c in rows if c.evaluation),
+                          setting=self.config.setting, entry_form=self.entry_form, interface=self.interface)
         # the previous generation's failures of this island, for the repair operator
         failed = [Kernel(c) for c in rows if c.island == island and c.generation == gen - 1
                   and c.evaluated and not c.correct]
@@ -269,8 +277,13 @@ class TaskSearch:
                 self.archive.link_llm_calls(child.llm_calls, made[-1].id)
             return True
 
-        breed(brood, draw, lambda: self.operators, propose, keep, self.stop.is_set)
+        breed(brood, draw, lambda: self._drawable(brood.population), propose, keep, self.stop.is_set)
         return made
+
+    def _drawable(self, population: list[Kernel]) -> list[WeightedOperator]:
+        """An island with no kernel (the instruction setting's generation 0, or one whose fresh
+        kernels all failed to parse) can only be written afresh."""
+        return self.operators if population else [w for w in self.operators if w.operator.fresh]
 
     def _await_turn(self, island: int) -> bool:
         """Waits until the islands before this one have added their children; False if the run
@@ -315,7 +328,8 @@ class TaskSearch:
 
     def _history(self, rows: list[Candidate], island: int, gen: int) -> list[Parent]:
         """The island's correct earlier attempts (the start included), ascending by speedup."""
-        done = [c for c in rows if c.island in (island, START_ISLAND) and c.generation < gen and c.correct]
+        shown = (island,) if self.blind else (island, START_ISLAND)  # instruction: never the start's code
+        done = [c for c in rows if c.island in shown and c.generation < gen and c.correct]
         done.sort(key=lambda c: (c.speedup or 0.0, c.id))
         return [self._parent(c) for c in done]
 

@@ -41,6 +41,9 @@ class Context:
     # per timed shape (operators.shape_facts.row_key): the run's median baseline ms, which the
     # history's speedups are taken against
     baselines: dict = field(default_factory=dict)
+    setting: str = "optimize"  # or "instruction": the LLM sees no reference or starting kernel code
+    entry_form: str = ""  # what the module must define, in words ("the class `X`"); '' : from `entry`
+    interface: str = ""  # instruction setting: signatures, dtypes and sizes, never a body
 
 
 @dataclass
@@ -63,11 +66,12 @@ class Operator:
     """Subclasses set `name` and `arity` (1 = mutation, 2 = crossover) and implement `propose`.
     `propose` returns None when it has nothing to offer for these parents (e.g. no knobs).
     A `repairs` operator is not picked at random: the search hands it the island's children of
-    the last generation that failed."""
+    the last generation that failed. A `fresh` operator ignores its parents."""
 
     name = "operator"
     arity = 1
     repairs = False
+    fresh = False  # writes a kernel from the task alone: the only kind an island with no kernel can use
 
     def propose(self, parents: list[Parent], context: Context, rng: random.Random) -> Child | None:
         raise NotImplementedError

@@ -16,6 +16,7 @@ from pathlib import Path
 from string import Template
 
 from operators.base import Child, Context, Operator, Parent
+from operators.interface import entry_phrase
 from operators.llm_client import LLMCallError, LLMClient
 from operators.llm_parse import MAX_RESPONSE_CHARS, parse_answer
 from operators.retrieval import Retriever
@@ -81,7 +82,7 @@ class LLMOperator(Operator):
 
     def _base(self, context: Context) -> dict:
         return {"task": context.task_name, "instruction": context.instruction or "(no instruction given)",
-                "entry": context.entry, "gpu": self.gpu}
+                "entry": _form(context), "gpu": self.gpu}
 
     def propose(self, parents: list[Parent], context: Context, rng: random.Random) -> Child | None:
         return self.ask(self.messages(parents, context), context, self.name, rng.getrandbits(31))
@@ -103,13 +104,17 @@ class LLMOperator(Operator):
             self.client.store.note_llm_failure(reply.call_id, parsed.error)
             if turn == 1 or len(reply.text) > MAX_RESPONSE_CHARS:
                 return None  # a runaway answer is not echoed back to the model
-            follow = template("followup").substitute(error=parsed.error, entry=context.entry)
+            follow = template("followup").substitute(error=parsed.error, entry=_form(context))
             messages = [*messages, {"role": "assistant", "content": reply.text}, {"role": "user", "content": follow}]
         return None
 
     def _chat(self, user: str, context: Context) -> list[dict]:
-        return [{"role": "system", "content": template("system").substitute(entry=context.entry)},
+        return [{"role": "system", "content": template("system").substitute(entry=_form(context))},
                 {"role": "user", "content": user}]
+
+
+def _form(context: Context) -> str:
+    return context.entry_form or entry_phrase(context.entry)
 
 
 class LLMMutate(LLMOperator):
@@ -145,22 +150,29 @@ class LLMCrossover(LLMOperator):
 
 
 class LLMGenerate(LLMOperator):
-    """A fresh kernel from the instruction alone: the parents are ignored."""
+    """A fresh kernel from the instruction alone: the parents are ignored. In the instruction
+    setting the prompt shows the interface instead of the reference, and the example never
+    comes from the suite being searched."""
 
     name = "llm_generate"
     arity = 1
+    fresh = True
 
     def __init__(self, client: LLMClient, gpu: str, knowledge: str, retriever: Retriever, suite: str):
         super().__init__(client, gpu)
         self.knowledge, self.retriever, self.suite = knowledge, retriever, suite
 
     def messages(self, parents, context):
-        hit = self.retriever.nearest(f"{context.instruction}\n{context.reference}",
-                                     exclude=f"{self.suite}/{context.task_name}")
+        blind = context.setting == "instruction"
+        hit = self.retriever.nearest(f"{context.instruction}\n{'' if blind else context.reference}",
+                                     exclude=f"{self.suite}/{context.task_name}",
+                                     exclude_suite=self.suite if blind else None)
         example, kind, name = (hit[0].code, hit[0].kind, hit[0].name) if hit else ("# (no example available)",
                                                                                     "none", "none")
         ref = (f"The PyTorch reference that defines the result:\n\n```python\n{context.reference.rstrip()}\n```"
-               if context.reference else "")
+               if context.reference and not blind else "")
+        if context.interface:
+            ref = f"{ref}\n\n{context.interface}".strip()
         user = template("generate").substitute(**self._base(context), knowledge=self.knowledge,
                                                reference_block=ref, example_code=example.rstrip(),
                                                example_name=name, example_kind=kind)

@@ -48,8 +48,9 @@ class Retriever:
         self.vectorizer = TfidfVectorizer(token_pattern=TOKENS, lowercase=True, sublinear_tf=True)
         self.matrix = self.vectorizer.fit_transform([e.code for e in corpus]) if corpus else None
 
-    def nearest(self, query: str, exclude: str) -> tuple[Example, float] | None:
-        """The most similar example whose name is not `exclude` ("suite/task")."""
+    def nearest(self, query: str, exclude: str, exclude_suite: str | None = None) -> tuple[Example, float] | None:
+        """The most similar example whose name is not `exclude` ("suite/task") and, when given,
+        not of `exclude_suite` (the instruction setting: no task of the searched suite)."""
         if self.matrix is None:
             return None
         from sklearn.metrics.pairwise import cosine_similarity
@@ -57,6 +58,7 @@ class Retriever:
         scores = cosine_similarity(self.vectorizer.transform([query]), self.matrix)[0]
         ranked = sorted(range(len(self.corpus)), key=lambda i: -scores[i])
         for i in ranked:
-            if self.corpus[i].name != exclude:
+            name = self.corpus[i].name
+            if name != exclude and not (exclude_suite and name.startswith(f"{exclude_suite}/")):
                 return self.corpus[i], float(scores[i])
         return None
