@@ -11,7 +11,7 @@ for setting in ${SETTINGS:-optimize instruction}; do
   for round in $(seq 1 ${ROUNDS:-3}); do
     echo "+ round $round" >> $log
     timeout -s KILL ${ROUND_LIMIT:-150} python run.py --suite tritonbench --tasks $T --setting $setting --model stub \
-      --llm-exchange $ex --islands 2 --population 2 --generations 2 --workers 8 --mem-limit 24 --aa-every 0 \
+      --llm-exchange $ex --islands 2 --population 2 --generations ${GENS:-2} --workers 8 --mem-limit 24 --aa-every 0 \
       --archive /tmp/$setting.db >> $log 2>&1
     rc=$?; echo "exit $rc" >> $log
     [ $rc -eq 3 ] || break
