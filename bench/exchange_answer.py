@@ -36,12 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(a.dir)
     requests = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines() if line.strip()]
     out, unknown = [], 0
-    for i, r in enumerate(requests):
+    for r in requests:
         name = task_of(r["body"]["messages"], names)
         if name is None:
             unknown += 1
             continue
-        text = f"Variant {i} of the starting kernel.\n```python\n{tasks[name].start_source}\n_VARIANT = {i}\n```\n"
+        v = int(r["custom_id"][:8], 16)  # the request's own: a later round's answers never repeat an earlier one
+        text = f"Variant {v} of the starting kernel.\n```python\n{tasks[name].start_source}\n_VARIANT = {v}\n```\n"
         out.append({"custom_id": r["custom_id"], "response": {"status_code": 200, "body": {
             "choices": [{"message": {"role": "assistant", "content": text}}],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0}}}})
