@@ -8,6 +8,7 @@ the exchange loop end to end on a GPU node (bench/device/llm_settings.sh) where 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         if name is None:
             unknown += 1
             continue
-        v = int(r["custom_id"][:8], 16)  # the request's own: a later round's answers never repeat an earlier one
+        v = int(hashlib.sha256(r["custom_id"].encode()).hexdigest()[:8], 16)  # the request's own: never a repeat
         text = f"Variant {v} of the starting kernel.\n```python\n{tasks[name].start_source}\n_VARIANT = {v}\n```\n"
         out.append({"custom_id": r["custom_id"], "response": {"status_code": 200, "body": {
             "choices": [{"message": {"role": "assistant", "content": text}}],
