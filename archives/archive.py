@@ -265,6 +265,16 @@ class Archive:
             kept = {k: v for k, v in row.items() if k in rec.LLM_COLUMNS}
             return self._insert("llm_calls", kept)
 
+    def claim_llm_call(self, call_id: int, meta: dict[str, Any]) -> None:
+        """A stored answer used for a request learns whose it was where it did not say: answers
+        imported from an exchange file carry no task (the Batch API's lines have none), and the
+        report counts calls per task."""
+        with self.lock, self.db.conn:
+            self.db.execute("update llm_calls set task = coalesce(task, ?), operator = coalesce(operator, ?), "
+                            "island = coalesce(island, ?), generation = coalesce(generation, ?) where id = ?",
+                            [meta.get("task"), meta.get("operator"), meta.get("island"), meta.get("generation"),
+                             call_id])
+
     def note_llm_failure(self, call_id: int, parse_error: str) -> None:
         with self.lock, self.db.conn:
             self.db.table("llm_calls").update(call_id, {"parse_error": parse_error})

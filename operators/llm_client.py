@@ -154,6 +154,7 @@ class LLMClient:
         key = request_hash(body)
         hit = self.store.llm_response(key)
         if hit is not None:
+            self.store.claim_llm_call(hit["id"], meta)
             return Reply(hit["response"], hit["id"], cached=True)
         if self.fatal:
             raise Exhausted(self.fatal)

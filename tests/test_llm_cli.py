@@ -142,6 +142,9 @@ def test_exchange_round_trip_with_batch_files_and_llm_batch(tmp_path):
     assert conn.execute("select max(generation) from populations").fetchone()[0] == 1
     assert conn.execute("select count(*) from llm_calls where source like 'batch:output-batch-1%'").fetchone()[0] \
         == len(round2)
+    # imported answers learn their task when used: the report counts calls per task
+    assert conn.execute("select count(*) from llm_calls where source like 'batch:%' and task is null").fetchone()[0] \
+        == 0
 
 
 @pytest.mark.parametrize("extra, environment, message", [
