@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from archives.metrics import best_kernel
 from archives.records import Candidate
 from operators.base import WeightedOperator
 from operators.shape_facts import roofline_share
@@ -24,11 +25,8 @@ def stalled(rows: Sequence[Candidate], done: int, patience: int) -> bool:
 def at_roofline(rows: Sequence[Candidate], share: float) -> bool:
     """True when the fastest passed kernel reaches `share` of the roofline on every timed shape
     (never without a cost model: no roofline to be near)."""
-    passed = [c for c in rows if c.evaluation is not None and c.evaluation.passed and c.evaluation.speedup]
-    if not passed:
-        return False
-    best = max(passed, key=lambda c: (c.speedup or 0.0, -c.id))
-    shares = [roofline_share(t) for t in best.evaluation.times] if best.evaluation else []
+    best = best_kernel(rows, need_heldout=True)  # the export's pick; an untimed one has no times
+    shares = [roofline_share(t) for t in best.times] if best else []
     return bool(shares) and all(s is not None and s >= share for s in shares)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
+from fitness.verdict import geomean
+
 LAUNCH_BOUND_MS = 0.010  # under ~10 us a call's time is mostly launch overhead
 
 
@@ -73,11 +75,5 @@ def median_baselines(time_lists: Iterable[Iterable[dict]]) -> dict[str, float]:
 
 def stable_speedup(rows: list[dict], baselines: dict[str, float]) -> float | None:
     """Geometric mean of the stable baseline over the kernel's time per shape; None when untimed."""
-    ratios = [(baselines.get(row_key(r)) or r["baseline_ms"]) / r["candidate_ms"]
-              for r in rows if r.get("candidate_ms")]
-    if not ratios:
-        return None
-    prod = 1.0
-    for x in ratios:
-        prod *= x
-    return prod ** (1 / len(ratios))
+    return geomean((baselines.get(row_key(r)) or r["baseline_ms"]) / r["candidate_ms"]
+                   for r in rows if r.get("candidate_ms"))

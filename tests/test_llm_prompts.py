@@ -7,6 +7,7 @@ import json
 import threading
 from concurrent.futures import Future
 
+import pytest
 import torch
 
 from archives.archive import Archive
@@ -147,3 +148,23 @@ def test_timing_rows_name_their_inputs():
     cal = {"b": {"cost": [1e6, 0.0], "describe": text}, "c": {}}
     row = _row(plan, {"c": [0.5, 0.4, 0.6], "b": [1.0, 1.0, 1.1]}, "graph", 1, cal)
     assert row["describe"] == text and row["candidate_ms"] == 0.5 and row["bytes"] == 1e6
+
+
+def test_the_roofline_stop_and_the_stable_speedup_read_the_exports_best_kernel():
+    from archives.records import Candidate, Evaluation
+    from evolve.stopping import at_roofline
+    from operators.shape_facts import stable_speedup
+
+    def kernel(i, speedup, floor_ms, heldout=True):
+        times = ({"shape": {"N": 1}, "dtype": "float32", "candidate_ms": 1.0, "baseline_ms": speedup,
+                  "floor_ms": floor_ms},) if speedup else ()
+        ev = Evaluation(i, "timed" if speedup else "correct", True, heldout, heldout, speedup, "", "gpu", times=times)
+        return Candidate(i, 1, "t", 0, 1, f"s{i}", f"h{i}", (), "op", "", evaluation=ev)
+    # the fastest passes held-out and runs at 95% of the roofline; a faster one failed held-out
+    rows = [kernel(1, 1.0, 0.5), kernel(2, 2.0, 0.95), kernel(3, 3.0, 0.1, heldout=False), kernel(4, None, 0)]
+    assert at_roofline(rows, 0.9) and not at_roofline(rows, 0.96)
+    assert not at_roofline([kernel(4, None, 0)], 0.1)  # untimed: no roofline to be near
+    assert stable_speedup([{"shape": {"N": 1}, "dtype": "float32", "candidate_ms": 2.0, "baseline_ms": 1.0},
+                           {"shape": {"N": 2}, "dtype": "float32", "candidate_ms": 1.0, "baseline_ms": 8.0}],
+                          {"N=1|float32": 4.0}) == pytest.approx(4.0)  # sqrt(4/2 * 8/1)
+    assert stable_speedup([], {}) is None
