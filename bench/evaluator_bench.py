@@ -101,7 +101,8 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
         kept = sum(r.get("baseline_kept", False) for r in rows)
         print(f"[{label}] measuring turn per timed candidate: median {statistics.median(exclusive):.3f} s, "
               f"max {max(exclusive):.3f} s; the baseline's kept trials used on {kept} of {len(rows)} shapes; "
-              f"baseline sides prepared inside the turn so far: {ev.turn.baseline_prepares}", flush=True)
+              f"baseline sides prepared inside the turn so far: {ev.turn.baseline_prepares} "
+              f"(before it: {ev.turn.baseline_prepares_outside})", flush=True)
     return {"verdicts": verdicts, "wall": wall, "per_min": per_min, "phases": phases, "busy": busy}
 
 

@@ -23,7 +23,7 @@ import torch
 
 from fitness import protocol
 from fitness.child_failures import is_compile_error, is_cuda_fault, run_cases, trim_trace
-from fitness.child_timing import PreparedSides, peaks
+from fitness.child_timing import KEEP_SIDES_SHARE, PreparedSides, peaks
 from fitness.harness import (
     CandidateError,
     LaunchHook,
@@ -325,6 +325,8 @@ class Child:
         measuring turn, so it overlaps another candidate's trials."""
         task = self.task(req["task"])
         self.start_device()
+        if "keep_share" in req:
+            self.timing.keep_share = min(KEEP_SIDES_SHARE, float(req["keep_share"]))
         case = req["case"]
         draws = [tuple(to_device(a, "cuda") for a in draw_inputs(task, case, s, "cuda")) for s in req["seeds"]]
         cost: Callable[[], list] | None = None

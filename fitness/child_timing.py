@@ -31,6 +31,7 @@ class PreparedSides:
         # shapes prepared for a later turn, by slot; the baseline child keeps its sides across
         # candidates (one per shape and epoch of draws), the least recently used dropped past a budget
         self.sides: OrderedDict[str, TimedSide] = OrderedDict()
+        self.keep_share = KEEP_SIDES_SHARE  # the engine gives each of its baseline children a part
 
     def prepare(self, slot: str, side: TimedSide, cost: Callable[[], list] | None) -> dict:
         """The side warmed up and calibrated, kept under `slot`; `cost`: the suite's cost model
@@ -47,7 +48,7 @@ class PreparedSides:
     def _trim(self, keep: str) -> None:
         """Least recently used sides dropped (never `keep`) until the kept ones fit the budget."""
         total = sum(s.nbytes() for s in self.sides.values())
-        budget = KEEP_SIDES_SHARE * torch.cuda.get_device_properties(0).total_memory
+        budget = self.keep_share * torch.cuda.get_device_properties(0).total_memory
         for slot in [k for k in self.sides if k != keep]:
             if total <= budget:
                 break

@@ -31,7 +31,7 @@ import torch
 from fitness.compare import compare_outputs, on_device
 from fitness.correctness import run_correctness
 from fitness.judges import Judge, fresh_seed, judge_for
-from fitness.measuring import MeasuringTurn
+from fitness.measuring import BASELINE_CHILDREN, MeasuringTurn
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
 from fitness.reference import ReferenceCache
 from fitness.sandbox import detect
@@ -103,7 +103,7 @@ class Evaluator:
         def clean(size: int, spares: int) -> WorkerPool:
             return WorkerPool(size, self.sandbox, False, mem, config.triton_cache, clean=True, spares=spares)
         self.timer = clean(n_clean, spares(n_clean)) if self.gpu else None
-        self.turn = MeasuringTurn(self, clean(1, 0)) if self.gpu else None
+        self.turn = MeasuringTurn(self, clean(BASELINE_CHILDREN, 0)) if self.gpu else None
         self.references = references or ReferenceCache(config.reference_cache_bytes,
                                                        "cuda" if self.gpu else "cpu")
         self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s, self.task_spec)

@@ -45,6 +45,12 @@ EPOCH_USES = 16  # candidates timed on one set of draws (and one prepared baseli
 BASELINE_KEPT = 21  # the most recent baseline trials a shape's median is taken over
 REMEASURE_EVERY = 8
 DRIFT = 0.03
+# Long-lived clean baseline children; each task's shapes live in one of them. A new shape's side
+# (module load, compile, draws, warm-up, sets, graph) is prepared in its child before the turn,
+# while the other child serves the turn: H100 TritonBench, preparing it inside the turn held the
+# GPU ~5 s at each task's first timing and ~70% of a 12-task search's turn time.
+BASELINE_CHILDREN = 2
+BASELINE_MEMORY_SHARE = 0.3  # of the GPU's memory, for all baseline children's kept sides together
 
 
 def _row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> dict:
@@ -78,14 +84,37 @@ class _Clock:
         self.t = now
 
 
+class _BaselineChild:
+    """One long-lived clean baseline child (it loads only the suite's code, never a candidate's)
+    and the lock of its conversation: the turn and the preparing outside it take it in turn."""
+
+    def __init__(self, pool: WorkerPool | None):
+        self.pool, self.lock = pool, threading.Lock()
+        self._child: ChildProcess | None = None
+        self._cm: contextlib.AbstractContextManager[ChildProcess] | None = None
+
+    def get(self) -> ChildProcess:
+        if self._child is None or self._child.dead:
+            self.close()
+            assert self.pool is not None, "a turn made without a baseline pool is given its baseline side"
+            self._cm = self.pool.child()
+            self._child = self._cm.__enter__()
+        return self._child
+
+    def close(self) -> None:
+        if self._child is not None and self._cm is not None:
+            self._cm.__exit__(None, None, None)
+            self._child = None
+
+
 class MeasuringTurn:
-    def __init__(self, ev: Evaluator, pool: WorkerPool | None):
-        """`pool`: where the long-lived baseline child comes from (a clean pool of one)."""
+    def __init__(self, ev: Evaluator, pool: WorkerPool | None, children: int = BASELINE_CHILDREN):
+        """`pool`: where the long-lived baseline children come from (a clean pool of `children`)."""
         self.ev, self.pool = ev, pool
         self.lock = threading.Lock()  # the turn itself
         self.busy_s = 0.0  # time the turn was held
-        self._child: ChildProcess | None = None
-        self._child_cm: contextlib.AbstractContextManager[ChildProcess] | None = None
+        self._bases = [_BaselineChild(pool) for _ in range(children)]
+        self._base_of: dict[str, int] = {}  # task -> its baseline child, in order of first timing
         # the baseline's calibration per shape (one call's time, input bytes): from it the next
         # candidate's replay child makes its input sets and graph before its turn
         self._baseline_cal: dict[tuple, dict] = {}
@@ -94,6 +123,7 @@ class MeasuringTurn:
         self._epoch_ids = itertools.count()
         self._peak_figures: dict | None = None
         self.baseline_prepares = 0  # baseline sides prepared inside the turn
+        self.baseline_prepares_outside = 0  # ... and before it, beside another candidate's trials
         # per shape and epoch: the baseline's checked outputs
         self._oracles = BytesLRU(ORACLE_BYTES, lambda outs: nbytes(tensors_of(outs)))
 
@@ -194,37 +224,56 @@ class MeasuringTurn:
 
     def _prepare(self, task: Task, slot: int, case: dict, trace: dict, replay: TimingChild,
                  base_src: str | None) -> dict:
-        """One shape's replay side made ready outside the measuring turn: inputs drawn, kernels
-        warmed and, when the number of input sets is known, the sets made and the graph captured.
-        The plan the turn follows."""
+        """One shape made ready outside the measuring turn: the baseline's side of its epoch
+        (kept, or prepared now in its own child), then the replay's: inputs drawn, kernels warmed,
+        the input sets made and the graph captured. The plan the turn follows."""
         key = _shape_key(task, case, base_src)
         ep = self._epoch(key)
         opening = {"op": "time_prepare", "task": self.ev.task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
                    "seeds": ep["seeds"]}
-        cal = checked(replay.request({**opening, "slot": slot, "trace": trace}, self.ev.config.timing_timeout_s), "c")
-        method = ""
-        if ep["n"]:
-            sets = {"op": "time_sets", "slot": slot, "n_sets": ep["n"], "graph": True}
-            method = checked(replay.request(sets, self.ev.config.timing_timeout_s), "c")["method"]
-        return {"slot": slot, "case": case, "epoch": ep, "opening": opening, "cal": cal, "n": ep["n"],
-                "method": method, "key": key, "base_src": base_src, "base_slot": f"epoch{ep['id']}"}
+        plan = {"slot": slot, "case": case, "epoch": ep, "opening": opening, "key": key, "base_src": base_src,
+                "base_slot": f"epoch{ep['id']}", "n": ep["n"], "method": ""}
+        plan["n"] = self._ready_baseline(task, plan)
+        plan["cal"] = checked(replay.request({**opening, "slot": slot, "trace": trace},
+                                             self.ev.config.timing_timeout_s), "c")
+        sets = {"op": "time_sets", "slot": slot, "n_sets": plan["n"], "graph": True}
+        plan["method"] = checked(replay.request(sets, self.ev.config.timing_timeout_s), "c")["method"]
+        return plan
+
+    def _ready_baseline(self, task: Task, plan: dict) -> int:
+        """The baseline's side of the plan's shape and epoch made ready before the turn (and,
+        where the baseline is the oracle, its checked outputs taken): waits for the baseline's
+        child, never for the GPU's turn. The number of input sets of the epoch."""
+        base = self._base(task.name)
+        with base.lock:
+            child = self.baseline_side(task.name)
+            b = self._baseline_open(task, plan, child, inside=False)
+            if self.ev.judge(task).oracle_is_baseline:
+                plan["picks"] = self._picks(plan, b["n_sets"])
+                self._oracle(plan, child)
+        return int(b["n_sets"])
 
     @staticmethod
     def _n_sets(base: dict) -> int:
         """Input sets per timed region, from the baseline's calibration of the shape."""
         return n_sets_for(base["in_bytes"], base["t_one_ms"], base["l2_bytes"])
 
-    def _baseline_open(self, task: Task, plan: dict, base: TimingChild) -> dict:
-        """The baseline's side of this shape and epoch, opened for the trials: kept from an
-        earlier candidate, or prepared now (draws, warm-up, calibration, input sets, graph)."""
+    def _baseline_open(self, task: Task, plan: dict, base: TimingChild, inside: bool = True) -> dict:
+        """The baseline's side of this shape and epoch, opened: kept from an earlier candidate,
+        or prepared now (draws, warm-up, calibration, input sets, graph). Inside the turn only
+        when the side prepared before it was dropped for memory or its child was replaced."""
         timeout = self.ev.config.timing_timeout_s
         slot = plan["base_slot"]
         opened = checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
         if not opened.get("missing"):
             return opened
-        plan["baseline_prepared"] = True  # a new epoch, or its side dropped for memory
-        self.baseline_prepares += 1
-        prepare = {**plan["opening"], "slot": slot, "baseline_source": plan["base_src"]}
+        if inside:
+            plan["baseline_prepared"] = True
+            self.baseline_prepares += 1
+        else:
+            self.baseline_prepares_outside += 1
+        prepare = {**plan["opening"], "slot": slot, "baseline_source": plan["base_src"],
+                   "keep_share": BASELINE_MEMORY_SHARE / len(self._bases)}
         cal = checked(base.request(prepare, timeout), "b")
         key = plan["key"]
         self._baseline_cal[key] = cal
@@ -239,8 +288,13 @@ class MeasuringTurn:
     def _measure(self, task: Task, plan: dict, replay: TimingChild) -> dict:
         """One shape, inside the measuring turn: both sides' input sets ready, then trials
         alternating between them, each bounded by the engine's clock."""
+        base = self._base(task.name)
+        with base.lock:
+            return self._measure_with(task, plan, replay, self.baseline_side(task.name))
+
+    def _measure_with(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild) -> dict:
         clock = _Clock(plan.setdefault("turn_s", {}))
-        sides: dict[str, TimingChild] = {"c": replay, "b": self.baseline_side()}
+        sides: dict[str, TimingChild] = {"c": replay, "b": baseline}
         b = self._baseline_open(task, plan, sides["b"])
         clock.tick("baseline_prepare" if plan.get("baseline_prepared") else "baseline_open")
         n, slots = b["n_sets"], {"c": plan["slot"], "b": plan["base_slot"]}
@@ -348,19 +402,21 @@ class MeasuringTurn:
             self._oracles.put(key, outs)
         return outs
 
-    def baseline_side(self) -> ChildProcess:
-        """The long-lived baseline child: it loads only the suite's code, never a candidate's."""
-        if self._child is None or self._child.dead:
-            self.close()
-            assert self.pool is not None, "a turn made without a baseline pool is given its baseline side"
-            self._child_cm = self.pool.child()
-            self._child = self._child_cm.__enter__()
-        return self._child
+    def _base(self, task_name: str) -> _BaselineChild:
+        """The baseline child that holds this task's shapes: tasks spread in turn over them."""
+        if not task_name:
+            return self._bases[0]
+        with self._epoch_lock:
+            i = self._base_of.setdefault(task_name, len(self._base_of) % len(self._bases))
+        return self._bases[i]
+
+    def baseline_side(self, task_name: str = "") -> ChildProcess:
+        """The long-lived baseline child of a task: it loads only the suite's code, never a candidate's."""
+        return self._base(task_name).get()
 
     def close(self) -> None:
-        if self._child is not None and self._child_cm is not None:
-            self._child_cm.__exit__(None, None, None)
-            self._child = None
+        for base in self._bases:
+            base.close()
 
     def _check_timed_outputs(self, task: Task, case: dict, seed: int, candidate: list,
                              baseline: list | None = None) -> None:
@@ -375,6 +431,6 @@ class MeasuringTurn:
     def peaks(self) -> dict | None:
         """Measured ceilings (copy bandwidth, bf16 matmul rate), once, in the clean baseline child."""
         if self._peak_figures is None:
-            with self.lock:
+            with self.lock, self._base("").lock:
                 self._peak_figures = self.baseline_side().request({"op": "peaks"}, self.ev.config.timing_timeout_s)
         return self._peak_figures

@@ -78,7 +78,7 @@ def ev(builtin):
     e.turn = MeasuringTurn(e, None)
     e.for_comparison = lambda reply: reply  # compared where the stand-in's outputs are: the CPU
     e.base = StandIn(builtin["softmax"])
-    e.turn.baseline_side = lambda: e.base
+    e.turn.baseline_side = lambda *a: e.base
     yield e
     e.gpu, e.turn = False, None
     e.close()
@@ -199,7 +199,7 @@ def test_a_steady_shape_stops_after_the_fewest_trials_and_a_noisy_one_runs_them_
         e.gpu, e.turn = True, MeasuringTurn(e, None)
         e.for_comparison = lambda reply: reply
         e.base = StandIn(task)
-        e.turn.baseline_side = lambda: e.base
+        e.turn.baseline_side = lambda *a: e.base
         steady = StandIn(task)
         v = _time(e, task, steady)
         assert len(steady.trials) == 7 and v.times[0]["trials"] == 7 and "median of 7 trials" in v.timing
@@ -268,3 +268,67 @@ def test_a_stopping_run_does_not_wait_for_the_measuring_turn(ev, builtin):
     finally:
         ev.turn.lock.release()
     assert _time(ev, task, StandIn(task)).stage == "timed"  # the turn is free again
+
+
+def test_the_baseline_side_of_a_new_shape_is_prepared_before_the_turn_and_the_first_candidate_captures_there_too(
+        ev, builtin):
+    task = builtin["softmax"]
+    held = []  # whether the GPU's turn was held when the baseline was asked to prepare
+    send = ev.base.request
+
+    def watched(msg, timeout):
+        if msg["op"] in ("time_prepare", "time_sets"):
+            held.append(ev.turn.lock.locked())
+        return send(msg, timeout)
+    ev.base.request = watched
+    first = StandIn(task)
+    v = _time(ev, task, first)
+    assert v.stage == "timed" and held == [False, False]
+    assert ev.turn.baseline_prepares == 0 and ev.turn.baseline_prepares_outside == 1
+    assert "baseline_prepare" not in v.phases["turn"] and "baseline_open" in v.phases["turn"]
+    ops = first.ops()  # the number of input sets was known before this candidate's turn
+    assert ops.index("time_sets") < ops.index("time_open") < ops.index("trial")
+
+
+def test_while_one_baseline_child_prepares_a_new_task_the_turn_serves_a_task_of_the_other(builtin):
+    """Two tasks on two baseline children: a slow first preparation of one (a TritonBench
+    kernel compiling) does not hold the GPU's turn from the other's candidates."""
+    import dataclasses
+    import threading
+
+    softmax = builtin["softmax"]
+    other = dataclasses.replace(softmax, name="softmax_again")  # a second task of the same shapes
+    e = Evaluator(EvalConfig(workers=1, trials=5, sandbox=False))
+    try:
+        e.gpu, e.turn = True, MeasuringTurn(e, None, children=2)
+        e.for_comparison = lambda reply: reply
+        slow, quick = StandIn(softmax), StandIn(other)
+        prepared: list[float] = []  # when the slow preparation ended
+        send = slow.request
+
+        def slow_prepare(msg, timeout):
+            if msg["op"] == "time_prepare":
+                time.sleep(1.0)
+                prepared.append(time.monotonic())
+            return send(msg, timeout)
+        slow.request = slow_prepare
+        bases = {"softmax": slow, other.name: quick, "softmax_warm_up": StandIn(softmax), "": StandIn(softmax)}
+        e.turn.baseline_side = lambda name="": bases[name]
+        e.turn._base("softmax"), e.turn._base(other.name)  # softmax on the first child, the other on the second
+        warm = dataclasses.replace(softmax, name="softmax_warm_up")  # the engine's first timing loads its modules
+        assert _time(e, warm, StandIn(warm)).stage == "timed"
+        done: dict[str, float] = {}
+
+        def run(task, replay):
+            assert _time(e, task, replay).stage == "timed"
+            done[task.name] = time.monotonic()
+        a = threading.Thread(target=run, args=(softmax, StandIn(softmax)))
+        a.start()
+        time.sleep(0.2)  # softmax's baseline is being prepared
+        run(other, StandIn(other))
+        a.join()
+        assert done[other.name] < prepared[0] < done["softmax"], (done, prepared)
+        assert e.turn.baseline_prepares == 0 and e.turn.baseline_prepares_outside == 3
+    finally:
+        e.gpu, e.turn = False, None
+        e.close()
