@@ -26,6 +26,11 @@ MAX_SETS = 64
 SET_BUDGET_BYTES = 2 << 30
 MIN_REGION_MS = 0.2  # input sets: enough for a region this long (memory allows no more)
 REGION_MS = 1.0  # a region's length when one pass over the sets evicts L2 and can be repeated
+# Sets to span twice the L2 only while that keeps a region this short: a slow kernel's warm L2 can
+# save it at most in_bytes / bandwidth (10 MiB at 3 TB/s: 3.5 us of a 2 ms call, 0.2%), and H100
+# TritonBench cross_entropy2 (4-5.6 ms per call, eager) took 64 sets, 21 trials a side and 6
+# shapes: ~30 s of the GPU's turn per candidate, 55% of a 14-task search's.
+REGION_CAP_MS = 10.0
 CHECK_SEED = 1234  # the RNG seed both sides' checked calls start from
 
 
@@ -41,7 +46,11 @@ def _as_list(out) -> list:
 
 
 def n_sets_for(in_bytes: int, t_one_ms: float, l2_bytes: int) -> int:
-    n = max(math.ceil(2 * l2_bytes / max(in_bytes, 1)), math.ceil(MIN_REGION_MS / max(t_one_ms, 1e-4)))
+    """Input sets per timed region: together over twice the L2 and a region of MIN_REGION_MS at
+    least, but no region over REGION_CAP_MS for the L2's sake."""
+    t = max(t_one_ms, 1e-4)
+    n = max(min(math.ceil(2 * l2_bytes / max(in_bytes, 1)), math.floor(REGION_CAP_MS / t)),
+            math.ceil(MIN_REGION_MS / t))
     return int(max(1, min(n, MAX_SETS, SET_BUDGET_BYTES // max(in_bytes, 1))))
 
 

@@ -332,3 +332,18 @@ def test_while_one_baseline_child_prepares_a_new_task_the_turn_serves_a_task_of_
     finally:
         e.gpu, e.turn = False, None
         e.close()
+
+
+def test_a_slow_kernel_gets_a_region_of_a_few_sets_and_a_fast_one_still_spans_twice_the_l2():
+    from fitness.timing import REGION_CAP_MS, n_sets_for
+    l2 = 50 << 20
+    # H100 cross_entropy2: 4.2 ms a call on small inputs had 64 sets (270 ms a region, eager)
+    assert n_sets_for(in_bytes=1 << 20, t_one_ms=4.2, l2_bytes=l2) == 2
+    assert n_sets_for(in_bytes=1 << 20, t_one_ms=40.0, l2_bytes=l2) == 1
+    # a 14 us softmax on 16 MiB: a 0.2 ms region (over twice the L2), as before
+    assert n_sets_for(in_bytes=16 << 20, t_one_ms=0.0143, l2_bytes=l2) == 14
+    assert n_sets_for(in_bytes=4 << 20, t_one_ms=0.1, l2_bytes=l2) == 25  # twice the L2: 100 MiB
+    # tiny and fast: the most sets; no region over the cap for the L2's sake
+    assert n_sets_for(in_bytes=4096, t_one_ms=0.002, l2_bytes=l2) == 64
+    for t in (0.05, 0.3, 1.0, 3.0):
+        assert n_sets_for(in_bytes=1 << 16, t_one_ms=t, l2_bytes=l2) * t <= max(REGION_CAP_MS, t)
