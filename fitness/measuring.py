@@ -9,7 +9,6 @@ by the clean processes. Every reported time must fit inside the engine's clock f
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import random
@@ -18,6 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from fitness.baseline_child import BaselineChild, StepClock
 from fitness.harness import nbytes
 from fitness.judges import fresh_seed
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
@@ -72,48 +72,13 @@ def _shape_key(task: Task, case: dict, baseline_source: str | None) -> tuple:
     return task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], hash(baseline_source)
 
 
-class _Clock:
-    """Seconds per step, added into `into`."""
-
-    def __init__(self, into: dict):
-        self.into, self.t = into, time.monotonic()
-
-    def tick(self, step: str) -> None:
-        now = time.monotonic()
-        self.into[step] = self.into.get(step, 0.0) + now - self.t
-        self.t = now
-
-
-class _BaselineChild:
-    """One long-lived clean baseline child (it loads only the suite's code, never a candidate's)
-    and the lock of its conversation: the turn and the preparing outside it take it in turn."""
-
-    def __init__(self, pool: WorkerPool | None):
-        self.pool, self.lock = pool, threading.Lock()
-        self._child: ChildProcess | None = None
-        self._cm: contextlib.AbstractContextManager[ChildProcess] | None = None
-
-    def get(self) -> ChildProcess:
-        if self._child is None or self._child.dead:
-            self.close()
-            assert self.pool is not None, "a turn made without a baseline pool is given its baseline side"
-            self._cm = self.pool.child()
-            self._child = self._cm.__enter__()
-        return self._child
-
-    def close(self) -> None:
-        if self._child is not None and self._cm is not None:
-            self._cm.__exit__(None, None, None)
-            self._child = None
-
-
 class MeasuringTurn:
     def __init__(self, ev: Evaluator, pool: WorkerPool | None, children: int = BASELINE_CHILDREN):
         """`pool`: where the long-lived baseline children come from (a clean pool of `children`)."""
         self.ev, self.pool = ev, pool
         self.lock = threading.Lock()  # the turn itself
         self.busy_s = 0.0  # time the turn was held
-        self._bases = [_BaselineChild(pool) for _ in range(children)]
+        self._bases = [BaselineChild(pool) for _ in range(children)]
         self._base_of: dict[str, int] = {}  # task -> its baseline child, in order of first timing
         # the baseline's calibration per shape (one call's time, input bytes): from it the next
         # candidate's replay child makes its input sets and graph before its turn
@@ -293,7 +258,7 @@ class MeasuringTurn:
             return self._measure_with(task, plan, replay, self.baseline_side(task.name))
 
     def _measure_with(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild) -> dict:
-        clock = _Clock(plan.setdefault("turn_s", {}))
+        clock = StepClock(plan.setdefault("turn_s", {}))
         sides: dict[str, TimingChild] = {"c": replay, "b": baseline}
         b = self._baseline_open(task, plan, sides["b"])
         clock.tick("baseline_prepare" if plan.get("baseline_prepared") else "baseline_open")
@@ -402,12 +367,10 @@ class MeasuringTurn:
             self._oracles.put(key, outs)
         return outs
 
-    def _base(self, task_name: str) -> _BaselineChild:
+    def _base(self, task_name: str) -> BaselineChild:
         """The baseline child that holds this task's shapes: tasks spread in turn over them."""
-        if not task_name:
-            return self._bases[0]
         with self._epoch_lock:
-            i = self._base_of.setdefault(task_name, len(self._base_of) % len(self._bases))
+            i = self._base_of.setdefault(task_name, len(self._base_of) % len(self._bases)) if task_name else 0
         return self._bases[i]
 
     def baseline_side(self, task_name: str = "") -> ChildProcess:

@@ -1,0 +1,44 @@
+"""The measuring turn's helpers (fitness.measuring): a long-lived clean baseline child with the
+lock of its conversation, and a clock of the turn's steps."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+from fitness.pool import ChildProcess, WorkerPool
+
+
+class BaselineChild:
+    """One long-lived clean baseline child (it loads only the suite's code, never a candidate's)
+    and the lock of its conversation: the turn and the preparing outside it take it in turn."""
+
+    def __init__(self, pool: WorkerPool | None):
+        self.pool, self.lock = pool, threading.Lock()
+        self._child: ChildProcess | None = None
+        self._cm: contextlib.AbstractContextManager[ChildProcess] | None = None
+
+    def get(self) -> ChildProcess:
+        if self._child is None or self._child.dead:
+            self.close()
+            assert self.pool is not None, "a turn made without a baseline pool is given its baseline side"
+            self._cm = self.pool.child()
+            self._child = self._cm.__enter__()
+        return self._child
+
+    def close(self) -> None:
+        if self._child is not None and self._cm is not None:
+            self._cm.__exit__(None, None, None)
+            self._child = None
+
+
+class StepClock:
+    """Seconds per step, added into `into`."""
+
+    def __init__(self, into: dict):
+        self.into, self.t = into, time.monotonic()
+
+    def tick(self, step: str) -> None:
+        now = time.monotonic()
+        self.into[step] = self.into.get(step, 0.0) + now - self.t
+        self.t = now
