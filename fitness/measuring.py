@@ -9,12 +9,14 @@ by the clean processes. Every reported time must fit inside the engine's clock f
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import random
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from fitness.baseline_child import BaselineChild, StepClock
@@ -49,7 +51,7 @@ DRIFT = 0.03
 # (module load, compile, draws, warm-up, sets, graph) is prepared in its child before the turn,
 # while the other child serves the turn: H100 TritonBench, preparing it inside the turn held the
 # GPU ~5 s at each task's first timing and ~70% of a 12-task search's turn time.
-BASELINE_CHILDREN = 2
+BASELINE_CHILDREN = 2  # the evaluator's clean baseline pool has this many places
 BASELINE_MEMORY_SHARE = 0.3  # of the GPU's memory, for all baseline children's kept sides together
 
 
@@ -73,12 +75,12 @@ def _shape_key(task: Task, case: dict, baseline_source: str | None) -> tuple:
 
 
 class MeasuringTurn:
-    def __init__(self, ev: Evaluator, pool: WorkerPool | None, children: int = BASELINE_CHILDREN):
-        """`pool`: where the long-lived baseline children come from (a clean pool of `children`)."""
+    def __init__(self, ev: Evaluator, pool: WorkerPool | None, children: int | None = None):
+        """`pool`: the long-lived baseline children, one per place (`children`: how many, if no pool)."""
         self.ev, self.pool = ev, pool
         self.lock = threading.Lock()  # the turn itself
         self.busy_s = 0.0  # time the turn was held
-        self._bases = [BaselineChild(pool) for _ in range(children)]
+        self._bases = [BaselineChild(pool) for _ in range(children or (pool.size if pool else 1))]
         self._base_of: dict[str, int] = {}  # task -> its baseline child, in order of first timing
         # the baseline's calibration per shape (one call's time, input bytes): from it the next
         # candidate's replay child makes its input sets and graph before its turn
@@ -128,7 +130,8 @@ class MeasuringTurn:
         self._take_turn(cancel)
         try:
             marks.append(time.monotonic())
-            rows = [self._measure(task, plan, replay) for plan in plans]
+            with self._baseline(task.name) as baseline:  # held for all shapes: no preparing between them
+                rows = [self._measure(task, plan, replay, baseline) for plan in plans]
             marks.append(time.monotonic())
             self.busy_s += marks[3] - marks[2]
         finally:
@@ -197,7 +200,7 @@ class MeasuringTurn:
         opening = {"op": "time_prepare", "task": self.ev.task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
                    "seeds": ep["seeds"]}
         plan = {"slot": slot, "case": case, "epoch": ep, "opening": opening, "key": key, "base_src": base_src,
-                "base_slot": f"epoch{ep['id']}", "n": ep["n"], "method": ""}
+                "base_slot": f"epoch{ep['id']}", "n": ep["n"]}
         plan["n"] = self._ready_baseline(task, plan)
         plan["cal"] = checked(replay.request({**opening, "slot": slot, "trace": trace},
                                              self.ev.config.timing_timeout_s), "c")
@@ -206,12 +209,9 @@ class MeasuringTurn:
         return plan
 
     def _ready_baseline(self, task: Task, plan: dict) -> int:
-        """The baseline's side of the plan's shape and epoch made ready before the turn (and,
-        where the baseline is the oracle, its checked outputs taken): waits for the baseline's
-        child, never for the GPU's turn. The number of input sets of the epoch."""
-        base = self._base(task.name)
-        with base.lock:
-            child = self.baseline_side(task.name)
+        """The baseline's side of the plan's shape and epoch (and, where the baseline is the oracle,
+        its checked outputs) made ready before the turn; the number of input sets of the epoch."""
+        with self._baseline(task.name) as child:
             b = self._baseline_open(task, plan, child, inside=False)
             if self.ev.judge(task).oracle_is_baseline:
                 plan["picks"] = self._picks(plan, b["n_sets"])
@@ -250,14 +250,9 @@ class MeasuringTurn:
         checked(base.request({"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}, timeout), "b")
         return checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
 
-    def _measure(self, task: Task, plan: dict, replay: TimingChild) -> dict:
+    def _measure(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild) -> dict:
         """One shape, inside the measuring turn: both sides' input sets ready, then trials
         alternating between them, each bounded by the engine's clock."""
-        base = self._base(task.name)
-        with base.lock:
-            return self._measure_with(task, plan, replay, self.baseline_side(task.name))
-
-    def _measure_with(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild) -> dict:
         clock = StepClock(plan.setdefault("turn_s", {}))
         sides: dict[str, TimingChild] = {"c": replay, "b": baseline}
         b = self._baseline_open(task, plan, sides["b"])
@@ -377,6 +372,12 @@ class MeasuringTurn:
         """The long-lived baseline child of a task: it loads only the suite's code, never a candidate's."""
         return self._base(task_name).get()
 
+    @contextlib.contextmanager
+    def _baseline(self, task_name: str = "") -> Iterator[TimingChild]:
+        """A task's baseline child, held: a preparing and the turn's trials never interleave."""
+        with self._base(task_name).lock:
+            yield self.baseline_side(task_name)
+
     def close(self) -> None:
         for base in self._bases:
             base.close()
@@ -394,6 +395,6 @@ class MeasuringTurn:
     def peaks(self) -> dict | None:
         """Measured ceilings (copy bandwidth, bf16 matmul rate), once, in the clean baseline child."""
         if self._peak_figures is None:
-            with self.lock, self._base("").lock:
-                self._peak_figures = self.baseline_side().request({"op": "peaks"}, self.ev.config.timing_timeout_s)
+            with self.lock, self._baseline() as child:
+                self._peak_figures = child.request({"op": "peaks"}, self.ev.config.timing_timeout_s)
         return self._peak_figures
