@@ -4,19 +4,13 @@
 # kernel, made distinct: no model on the node), then each run's report. Output under $OUT.
 # DEADLINE (seconds, default 540) bounds the whole script: a device call that overruns returns
 # nothing, so each round gets at most what is left, less LAST_S kept for the report.
-# The archive and exchange folder are copied to $OUT/state after every round; carried back as
-# .llm-state (git-ignored), a later call goes on from them on a fresh machine.
 cd "$(dirname "$0")/../.."
 bash .whl/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/bw/usr/bin:$PATH TRITON_EVOLVE_DATA=$PWD/.suites PYTHONUNBUFFERED=1
 export OPENAI_API_KEY=EMPTY
 T=${TASKS:-matmul_leakyrelu,triton_argmax,softmax_triton3,rotary_emb,square_matrix,l2_norm_triton2,int8_quantization,geglu_tanh_triton,kldiv_compute,add_value,softmax_triton1,swiglu_triton}
-save() { mkdir -p $OUT/state && cp /tmp/$setting.db $OUT/state/ && rm -rf $OUT/state/ex-$setting && cp -r $ex $OUT/state/; }
 end=$((SECONDS + ${DEADLINE:-540}))
 for setting in ${SETTINGS:-optimize instruction}; do
   log=$OUT/$setting.txt; ex=/tmp/ex-$setting
-  if [ -f .llm-state/$setting.db ] && [ ! -f /tmp/$setting.db ]; then
-    cp .llm-state/$setting.db /tmp/ && cp -r .llm-state/ex-$setting /tmp/ && echo "+ went on from .llm-state" >> $log
-  fi
   for round in $(seq 1 ${ROUNDS:-3}); do
     left=$((end - SECONDS - ${LAST_S:-25}))
     limit=$(( left < ${ROUND_LIMIT:-150} ? left : ${ROUND_LIMIT:-150} ))
@@ -28,9 +22,7 @@ for setting in ${SETTINGS:-optimize instruction}; do
     rc=$?; echo "exit $rc" >> $log
     [ $rc -eq 3 ] || break
     python bench/exchange_answer.py $ex --suite tritonbench >> $log 2>&1
-    save
   done
-  save
   python run.py report --archive /tmp/$setting.db --out $OUT/report-$setting >> $log 2>&1
   tail -25 $log
 done
