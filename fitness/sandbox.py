@@ -95,6 +95,9 @@ def _needed_paths() -> set[str]:
     return {os.path.realpath(p) if os.path.exists(p) else p for p in paths} | paths
 
 
+MAX_CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
+
+
 def worker_env(interpret: bool, mem_limit_bytes: int, triton_cache: str | None = None, clean: bool = False) -> dict:
     """The zygote's environment. `clean`: its children never import a candidate (the baseline,
     the timing replays) and write the shared Triton cache; the others read it through their own
@@ -116,6 +119,12 @@ def worker_env(interpret: bool, mem_limit_bytes: int, triton_cache: str | None =
     # torch.cuda.is_available() without starting CUDA: the zygote forks, and a process that
     # started CUDA cannot fork a child that uses it
     env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    # one hardware work queue per context (the default is 8): the evaluator starts two CUDA
+    # contexts per candidate, and the driver starts them one at a time, each slower the more
+    # contexts live (H100, bench/cuda_start.py, 4 at once beside 24 idle contexts: 1.07 s each
+    # with 8 queues, 0.18 s with 1). Every child, baseline included, runs one stream, so both
+    # sides of a timing are alike; a user who sets it keeps theirs.
+    env.setdefault(MAX_CONNECTIONS, "1")
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     else:

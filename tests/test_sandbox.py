@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from fitness.sandbox import _needed_paths, detect
+from fitness.sandbox import MAX_CONNECTIONS, _needed_paths, detect, worker_env
 
 
 def test_disabled_sandbox_says_so():
@@ -43,3 +43,11 @@ def test_only_a_clean_sandbox_may_write_the_clean_triton_cache():
     finally:
         if os.path.exists(probe):
             os.remove(probe)
+
+
+def test_every_child_starts_cuda_with_one_work_queue_unless_the_user_chose(monkeypatch):
+    monkeypatch.delenv(MAX_CONNECTIONS, raising=False)
+    for clean in (False, True):
+        assert worker_env(False, 0, clean=clean)[MAX_CONNECTIONS] == "1"
+    monkeypatch.setenv(MAX_CONNECTIONS, "8")
+    assert worker_env(False, 0)[MAX_CONNECTIONS] == "8"
