@@ -51,6 +51,20 @@ def _serve_child(conn_fd: int, log_fd: int, read_only: tuple[str, ...], clean: b
     Child(*state).serve(conn_fd, how)
 
 
+def _warm_triton() -> None:
+    """What every child's first Triton launch would compute again, done once here (none of it
+    touches CUDA): H100, a forked child's first launch of a cached kernel took 0.75 s, 0.55 s
+    of it hashing Triton's own sources and library for the cache key, 0.17 s importing gluon
+    (bench/triton_first_launch.py); two such children per candidate."""
+    try:
+        from triton.runtime.cache import triton_key
+
+        triton_key()  # lru_cached: the forked children inherit it
+        import triton.experimental.gluon  # noqa: F401
+    except Exception:  # noqa: BLE001 - another Triton's layout: the children compute it themselves
+        pass
+
+
 def main() -> None:
     ctl = socket.socket(fileno=int(sys.argv[1]))
     os.dup2(2, 1)  # nothing printed here may reach a channel
@@ -59,6 +73,7 @@ def main() -> None:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
+    _warm_triton()
     import suites.registry  # noqa: F401
     from fitness.harness import LaunchHook, Snapshot
     from fitness.isolation import PRIVATE_MOUNT

@@ -141,3 +141,9 @@ def test_a_candidates_child_runs_at_a_lower_priority_than_a_timing_child():
         for p in pools.values():
             p.close()
     assert seen == {False: min(19, base + CANDIDATE_NICE), True: base}
+
+
+def test_a_child_inherits_tritons_cache_key_from_the_zygote_instead_of_hashing_triton_again(pool):
+    src = "from triton.runtime.cache import triton_key\nassert triton_key.cache_info().currsize == 1\n" \
+          "def softmax(x):\n    return x\n"
+    assert "error" not in _import(pool, src)
