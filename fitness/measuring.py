@@ -25,7 +25,7 @@ from fitness.judges import fresh_seed
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
 from fitness.reference import BytesLRU
 from fitness.timing import n_sets_for, passes_for
-from fitness.trials import NOISY, TimingChild, TimingRejected, alternate, checked, noisy, spread
+from fitness.trials import NOISY, TimingChild, TimingRejected, alternate, checked, far, noisy, spread
 from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
 from fitness.trials import TRIAL_REPS as TRIAL_REPS
 from fitness.verdict import TIMING_FAILED, Verdict, speedup_from_rows
@@ -283,14 +283,14 @@ class MeasuringTurn:
             times = alternate(sides, n, passes, plan["turn_s"], self.ev.config, track=True)
             held = abs(statistics.median(times["b"]) / statistics.median(kept) - 1) <= DRIFT
             times["b"] = (kept + times["b"])[-BASELINE_KEPT:]
-            if held and not noisy(times):
+            if held and (not noisy(times) or far(times)):
                 self._keep(plan, how, times["b"], full=False)
                 plan["baseline_reused"] = True
                 return times
         times = alternate(sides, n, passes, plan["turn_s"], self.ev.config)
         # once more: a swing of the clocks passes, a noisy kernel stays noisy (after a tracked round
         # that strayed, this full one is already the second)
-        if noisy(times) and not kept:
+        if noisy(times) and not kept and not far(times):
             times = alternate(sides, n, passes, plan["turn_s"], self.ev.config)
         self._keep(plan, how, times["b"], full=True)
         return times

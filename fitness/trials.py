@@ -9,6 +9,7 @@ baseline trials): this module only runs and judges one round.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import time
 from typing import TYPE_CHECKING, Protocol
@@ -22,6 +23,12 @@ STEADY = 0.01  # a spread under which more trials would not move the median (H10
 # request's round trip under a search's load was ~3 ms against ~1 ms of timed region, and
 # the round trips held more of the measuring turn than the regions (0.42 of 0.77 s per candidate)
 TRIAL_REPS = 3
+# A shape far from parity stops at the fewest trials once the sides' spreads together are under
+# this share of |ln(speedup)|: more trials could not change which side is faster nor the ratio's
+# size by much. H100 builtin under a bench's load: the starting matmul and attention kernels
+# (0.6-1.8 ms a call, 6-14x slower than torch) had spreads of 20-37% and ran all 21 trials twice,
+# 17 of the 31 s the measuring turn held in 60 candidates.
+FAR_SHARE = 0.5
 
 
 class TimingRejected(Exception):
@@ -50,6 +57,12 @@ def noisy(times: dict[str, list[float]]) -> bool:
     return max(spread(times["c"]), spread(times["b"])) > NOISY
 
 
+def far(times: dict[str, list[float]]) -> bool:
+    """The sides' medians lie so far apart that their spreads cannot blur the ratio (FAR_SHARE)."""
+    ratio = statistics.median(times["b"]) / statistics.median(times["c"])
+    return spread(times["c"]) + spread(times["b"]) <= FAR_SHARE * abs(math.log(ratio))
+
+
 def alternate(sides: dict[str, TimingChild], n: int, passes: int, spent: dict[str, float], config: EvalConfig,
               track: bool = False) -> dict[str, list[float]]:
     """Alternating requests of TRIAL_REPS trials each, the order flipped each round; the
@@ -63,7 +76,7 @@ def alternate(sides: dict[str, TimingChild], n: int, passes: int, spent: dict[st
     steady = ("c",) if track else ("c", "b")
     for r in itertools.count():
         i = len(times["c"])
-        if i >= most or (i >= enough and max(spread(times[k]) for k in steady) <= STEADY):
+        if i >= most or (i >= enough and (max(spread(times[k]) for k in steady) <= STEADY or far(times))):
             break
         reps = min(TRIAL_REPS, most - i, enough - i if i < enough else most)  # a stop can come at `enough`
         order = ("c", "b") if r % 2 == 0 else ("b", "c")

@@ -211,6 +211,26 @@ def test_a_steady_shape_stops_after_the_fewest_trials_and_a_noisy_one_runs_them_
         e.close()
 
 
+def test_a_noisy_shape_far_from_parity_stops_at_the_fewest_trials_and_is_not_timed_again(builtin):
+    task = builtin["softmax"]
+    e = Evaluator(EvalConfig(workers=1, trials=21, min_trials=7, sandbox=False))
+    try:
+        e.gpu, e.turn = True, MeasuringTurn(e, None)
+        e.for_comparison = lambda reply: reply
+        e.base = StandIn(task, ms=0.0001)  # (times the stand-ins report must fit its 2 ms per request)
+        e.turn.baseline_side = lambda *a: e.base
+        slow = StandIn(task, ms=[0.001, 0.0013, 0.0007, 0.001, 0.0016])  # a noisy swing, 10x the baseline's time
+        v = _time(e, task, slow)
+        assert len(slow.trials) == 7 and v.times[0]["trials"] == 7 and "noisy-timing" in v.flags
+        assert v.speedup == pytest.approx(0.1)
+        near = StandIn(task, ms=[0.00012, 0.00016, 0.00009, 0.00012, 0.00019])  # as noisy, 1.2x: every trial, twice
+        v = _time(e, task, near)
+        assert len(near.trials) == 2 * 21 and v.times[0]["trials"] == 21
+    finally:
+        e.gpu, e.turn = False, None
+        e.close()
+
+
 def test_where_the_baseline_is_the_oracle_its_outputs_are_taken_once_per_epoch(ev, builtin, monkeypatch):
     """Script tasks: the timed outputs are checked against the baseline's on the same sets;
     those are taken once per epoch, and every candidate is checked after its turn."""
