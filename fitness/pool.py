@@ -29,6 +29,7 @@ from typing import IO
 
 from fitness import protocol
 from fitness.sandbox import Sandbox, worker_env
+from fitness.watch import WATCHDOG, Watched
 
 logger = logging.getLogger(__name__)
 
@@ -180,40 +181,24 @@ class ChildProcess:
         return reply
 
     def _exchange(self, msg: dict | None, timeout_s: float, what: str) -> dict:
-        done = threading.Event()
-        why: list[str] = []
-        watchdog = threading.Thread(target=self._watch, args=(done, time.monotonic() + timeout_s, why, timeout_s),
-                                    daemon=True)
-        watchdog.start()
+        watched = Watched(self.pids, time.monotonic() + timeout_s, timeout_s, self.mem_limit, self.kill)
+        key = WATCHDOG.add(watched)
         try:
             if msg is not None:
                 protocol.send(self.conn.fileno(), msg)
             reply = protocol.recv(self.conn.fileno(), max_bytes=max(8 << 30, self.mem_limit))
         except Exception as e:  # noqa: BLE001 - a reply that does not decode is the child's failure
-            done.set()
-            watchdog.join()
-            note = why[0] if why else self._death_note(what, e)
+            WATCHDOG.remove(key)
+            note = watched.why[0] if watched.why else self._death_note(what, e)
             self.kill()
             raise WorkerFailure(note) from None
-        done.set()
-        watchdog.join()
+        WATCHDOG.remove(key)
+        if watched.why:  # killed as its reply came: the deadline had passed all the same
+            raise WorkerFailure(watched.why[0])
         if not isinstance(reply, dict):
             self.kill()
             raise WorkerFailure("child sent a malformed reply")
         return reply
-
-    def _watch(self, done: threading.Event, deadline: float, why: list[str], timeout_s: float) -> None:
-        while not done.wait(0.1):
-            if time.monotonic() > deadline:
-                why.append(f"timed out after {timeout_s:.0f} s (hang or infinite loop); worker killed")
-                self.kill()
-                return
-            rss = _rss_bytes(self.pids[-1])
-            if self.mem_limit and rss > self.mem_limit:
-                why.append(f"used {rss / 2**30:.1f} GiB of host memory, over the "
-                           f"{self.mem_limit / 2**30:.1f} GiB limit; worker killed")
-                self.kill()
-                return
 
     def _death_note(self, what: str, err: Exception) -> str:
         time.sleep(0.3)  # the intermediate process writes how the child ended into the log
@@ -235,17 +220,6 @@ class ChildProcess:
     def close(self) -> None:
         self.kill()
         self.log.close()
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 class WorkerPool:
