@@ -1,6 +1,7 @@
 """Where the GPU's measuring turn went in a run: per timed evaluation, the seconds it held the
 turn (timing_exclusive_s) and its steps (baseline_open / baseline_prepare / sets / trials /
-checks), summed and as medians, first timing of each task apart from the rest.
+checks), summed and as medians, first timing of each task apart from the rest; then each A/A
+sentinel's shapes (both sides' times, trials and spreads), to see what a stray one measured.
 
     python bench/turn_phases.py ARCHIVE.db
 """
@@ -38,6 +39,20 @@ def table(label: str, group: list[dict]) -> None:
           f"max {max(held):.3f} s; steps: {parts}")
 
 
+def sentinels(path: str) -> None:
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    if not db.execute("SELECT name FROM sqlite_master WHERE name = 'sentinels'").fetchone():
+        return
+    for task, speedup, verdict in db.execute("SELECT task, speedup, verdict FROM sentinels ORDER BY id"):
+        v = json.loads(verdict or "{}")
+        print(f"A/A sentinel {task}: {speedup}; flags {v.get('flags')}; {v.get('timing', '')}")
+        for r in v.get("times") or []:
+            print(f"    {r.get('shape')} {r.get('dtype')}: candidate {r.get('candidate_ms'):.4f} ms "
+                  f"(spread {r.get('candidate_spread'):.3f}, {r.get('trials')} trials), baseline "
+                  f"{r.get('baseline_ms'):.4f} ms (spread {r.get('baseline_spread'):.3f}, {r.get('baseline_trials')} "
+                  f"trials, kept {r.get('baseline_kept')}), {r.get('method')}, {r.get('input_sets')} sets")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
@@ -49,6 +64,7 @@ def main(argv: list[str]) -> int:
         seen.add(task)
     table("first timing of each task", first)
     table("later timings", later)
+    sentinels(argv[0])
     return 0
 
 
