@@ -226,6 +226,10 @@ def test_a_noisy_shape_far_from_parity_stops_at_the_fewest_trials_and_is_not_tim
         near = StandIn(task, ms=[0.00012, 0.00016, 0.00009, 0.00012, 0.00019])  # as noisy, 1.2x: every trial, twice
         v = _time(e, task, near)
         assert len(near.trials) == 2 * 21 and v.times[0]["trials"] == 21
+        # 10x on the median, but one trial in five is as fast as the baseline's: a disturbance, not a verdict
+        straddling = StandIn(task, ms=[0.001, 0.0011, 0.00005, 0.0009, 0.001])
+        _time(e, task, straddling)
+        assert len(straddling.trials) == 2 * 21
     finally:
         e.gpu, e.turn = False, None
         e.close()
