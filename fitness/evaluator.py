@@ -37,7 +37,7 @@ from fitness.reference import ReferenceCache
 from fitness.sandbox import detect
 from fitness.script_eval import ScriptReferences
 from fitness.static_gate import check_source
-from fitness.verdict import UnitStats, Verdict
+from fitness.verdict import UnitStats, Verdict, biased_aa
 from suites.task import Task
 
 # clean children at least (they replay, then time): one measuring, others replaying or getting ready;
@@ -204,6 +204,8 @@ class Evaluator:
             traces = run_correctness(self, task, source, v, cancel, order=t0)
             if traces is not None and self.gpu:
                 self._clean_stages(task, traces, v, timed, cancel, t0, base_src)
+                if v.stage == "timed" and not aa and self.judge(task).is_baseline(source):
+                    biased_aa(v)
             elif traces is not None:
                 self._replay(task, source, traces, v, cancel)
             if v.passed and not self.gpu:

@@ -55,6 +55,10 @@ class FunctionJudge:
 
     aa_name = "the starting kernel (an A/A sentinel)"
 
+    def is_baseline(self, source: str) -> bool:
+        """Whether `source` is the baseline's own code (its timing is then an A/A)."""
+        return source == self.baseline_source()
+
     def baseline_source(self, aa: bool = False) -> str | None:
         """The kernel the baseline child runs; None: the torch reference."""
         return self.task.start_source if aa or self.ev.config.baseline == "start" else None
@@ -100,6 +104,9 @@ class ScriptJudge:
 
     def baseline_source(self, aa: bool = False) -> str | None:
         return None  # the child loads the suite's kernel itself (the starting kernel: A/A already)
+
+    def is_baseline(self, source: str) -> bool:
+        return source == self.task.script.reference_source
 
     @property
     def aa_name(self) -> str:

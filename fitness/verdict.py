@@ -47,6 +47,29 @@ class Verdict:
         return d
 
 
+# An evaluation of the baseline's own code is an A/A; one that times it this far from 1.0x says the
+# two sides are not timed alike, not noise (A/A under a search's load: p90 0.4-3%). H100: the
+# suite's cross_entropy2 prints its output tensors; its eager baseline took 4.6-8.0 ms a call,
+# the replay of the same kernel's launches 0.17-0.62 ms: 23.7x "faster" than itself.
+AA_BIAS_LIMIT = 1.25
+TIMING_BIASED = "timing-biased"
+
+
+def biased_aa(v: Verdict) -> None:
+    """An A/A timing (the baseline's own code as the candidate) far from 1.0x: a timing failure
+    that names why, so the task stops as one whose starting kernel cannot be timed."""
+    if v.speedup is None or abs(math.log(v.speedup)) <= math.log(AA_BIAS_LIMIT):
+        return
+    slow = max(v.times, key=lambda r: abs(math.log(r["baseline_ms"] / r["candidate_ms"])), default=None)
+    where = (f" (e.g. {slow['shape']}: the baseline {slow['baseline_ms']:.3f} ms, its replayed kernels "
+             f"{slow['candidate_ms']:.3f} ms, {slow['method']})") if slow else ""
+    v.reason = (f"timing: the baseline's own code, timed against itself, measured {v.speedup:.2f}x{where}: the "
+                f"two sides are not timed alike here; work the suite's call does besides launching its kernels "
+                f"(printing, host syncs, Python) counts on the baseline's side and not on the replay's")
+    v.flags += [TIMING_FAILED, TIMING_BIASED]
+    v.correct, v.speedup, v.stage = False, None, "correct"  # as a timing that failed; its rows stay
+
+
 def untimeable_start(flags: Sequence[str], reason: str) -> str:
     """Why the timing worker cannot time a task's starting kernel ('' when it could, or when the
     failure was running out of GPU memory: other processes can cause that)."""

@@ -2,7 +2,7 @@
 from fitness.evaluator import EvalConfig, Evaluator
 from fitness.judges import FunctionJudge, ScriptJudge, judge_for
 from fitness.static_gate import allowance
-from fitness.verdict import Verdict
+from fitness.verdict import TIMING_BIASED, TIMING_FAILED, Verdict, biased_aa, untimeable_start
 from suites.tritonbench import load as load_tritonbench
 from tests.suite_fixtures import write_tritonbench
 
@@ -39,3 +39,30 @@ def test_each_kind_names_its_baseline_and_what_is_timed(builtin, tmp_path):
 def test_the_evaluator_keeps_one_judge_per_task(builtin):
     with Evaluator(EvalConfig(workers=1, sandbox=False)) as ev:
         assert ev.judge(builtin["softmax"]) is ev.judge(builtin["softmax"])
+
+
+def test_an_evaluation_of_the_baselines_own_code_is_known_to_be_an_a_a(builtin, tmp_path):
+    softmax = builtin["softmax"]
+    assert not FunctionJudge(_Engine(), softmax).is_baseline(softmax.start_source)  # torch is the baseline
+    assert FunctionJudge(_Engine(baseline="start"), softmax).is_baseline(softmax.start_source)
+    task = next(iter(load_tritonbench(str(write_tritonbench(tmp_path))).values()))
+    script = judge_for(_Engine(), task)
+    assert script.is_baseline(task.start_source) and not script.is_baseline(task.start_source + "\n# edited\n")
+
+
+def _timed(speedup: float, baseline_ms: float, candidate_ms: float) -> Verdict:
+    row = {"shape": {"perf": 0}, "baseline_ms": baseline_ms, "candidate_ms": candidate_ms, "method": "eager"}
+    return Verdict(task="t", stage="timed", correct=True, heldout_correct=True, speedup=speedup, times=[row])
+
+
+def test_an_a_a_timed_far_from_parity_fails_as_untimeable_and_says_which_side_did_more():
+    v = _timed(23.66, 4.6253, 0.2242)  # H100, TritonBench cross_entropy2: its wrapper prints its outputs
+    biased_aa(v)
+    assert not v.passed and v.speedup is None and {TIMING_FAILED, TIMING_BIASED} <= set(v.flags)
+    assert "measured 23.66x" in v.reason and "the baseline 4.625 ms, its replayed kernels 0.224 ms" in v.reason
+    assert untimeable_start(v.flags, v.reason).startswith(
+        "its starting kernel cannot be timed here: timing: the baseline's own code, timed against itself")
+    for noise in (1.03, 0.97, 1.2):  # A/A noise, even far past what a loaded GPU shows, stays a timing
+        v = _timed(noise, 1.0, 1.0 / noise)
+        biased_aa(v)
+        assert v.passed and v.speedup == noise and not v.flags
