@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from fitness.evaluator import Evaluator
 
 
-# A case's outputs are compared here while the child runs the next case, and the child's slot is
-# given back before the last comparisons end: H100 builtin, the engine's comparisons had held each
+# A case's outputs are compared here while the child runs the next case (one case ahead, so no
+# more than two cases' outputs are held at once), and the child's slot is given back before the
+# last comparison ends: H100 builtin, the engine's comparisons had held each
 # candidate's correctness slot 0.74-0.81 s beside the child's own 0.9 s, and those slots bounded
 # the steady rate (78-84% busy). Lives as long as the engine.
 _CHECKS = ThreadPoolExecutor(16, thread_name_prefix="output-checks")
@@ -86,6 +87,8 @@ def run_correctness(ev: Evaluator, task: Task, source: str, v: Verdict, cancel: 
                     traces[trace_key(case)] = (case, reply["trace"])
                 if case["split"] != "timing":
                     pending.append((case, _CHECKS.submit(_timed_check, check, ev, case, reply)))
+                    if len(pending) > 1:  # at most two cases' outputs held: one compared, one coming
+                        pending[-2][1].result()
         held = time.monotonic() - t0
     except WorkerFailure as e:
         v.reason = str(e)
