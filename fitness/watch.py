@@ -54,11 +54,13 @@ class Watchdog:
         while True:
             time.sleep(POLL_S)
             with self._lock:
-                for key, w in list(self._watched.items()):
-                    why = _verdict(w)
-                    if why:  # killed under the lock: a removed exchange is never killed
+                watched = list(self._watched.items())
+            # /proc read outside the lock: every request's remove() takes it on the turn's round trip
+            found = [(key, w, why) for key, w in watched if (why := _verdict(w))]
+            with self._lock:
+                for key, w, why in found:
+                    if self._watched.pop(key, None) is not None:  # a removed exchange is never killed
                         w.why.append(why)
-                        del self._watched[key]
                         w.kill()
 
 

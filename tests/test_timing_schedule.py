@@ -2,6 +2,7 @@
 what inside, the baseline's prepared sides reused per epoch of draws, and the checks a timing
 must pass. The children are stand-ins that answer the timing requests as fitness.child does
 (no GPU here); the outputs they report are the task's own reference on the draws they were given."""
+import contextlib
 import time
 
 import pytest
@@ -69,19 +70,26 @@ class StandIn:
         return [op for op, _ in self.calls]
 
 
+@contextlib.contextmanager
+def stand_in_evaluator(task, **config):
+    """An evaluator that takes the GPU path of timing with stand-in children (one correctness
+    worker is started and never used); its baseline child is `e.base`, replaceable."""
+    e = Evaluator(EvalConfig(workers=1, sandbox=False, **config))
+    try:
+        e.gpu, e.turn = True, MeasuringTurn(e, None)
+        e.for_comparison = lambda reply: reply  # compared where the stand-in's outputs are: the CPU
+        e.base = StandIn(task)
+        e.turn.baseline_side = lambda *a: e.base
+        yield e
+    finally:
+        e.gpu, e.turn = False, None
+        e.close()
+
+
 @pytest.fixture()
 def ev(builtin):
-    """An evaluator that takes the GPU path of timing with stand-in children (one correctness
-    worker is started and never used)."""
-    e = Evaluator(EvalConfig(workers=1, trials=5, sandbox=False))
-    e.gpu = True
-    e.turn = MeasuringTurn(e, None)
-    e.for_comparison = lambda reply: reply  # compared where the stand-in's outputs are: the CPU
-    e.base = StandIn(builtin["softmax"])
-    e.turn.baseline_side = lambda *a: e.base
-    yield e
-    e.gpu, e.turn = False, None
-    e.close()
+    with stand_in_evaluator(builtin["softmax"], trials=5) as e:
+        yield e
 
 
 def _time(ev, task, replay) -> Verdict:
@@ -194,31 +202,19 @@ def test_an_uncapturable_candidate_leaves_the_next_one_timed_on_graphs(ev, built
 
 def test_a_steady_shape_stops_after_the_fewest_trials_and_a_noisy_one_runs_them_all(builtin):
     task = builtin["softmax"]
-    e = Evaluator(EvalConfig(workers=1, trials=21, min_trials=7, sandbox=False))
-    try:
-        e.gpu, e.turn = True, MeasuringTurn(e, None)
-        e.for_comparison = lambda reply: reply
-        e.base = StandIn(task)
-        e.turn.baseline_side = lambda *a: e.base
+    with stand_in_evaluator(task, trials=21, min_trials=7) as e:
         steady = StandIn(task)
         v = _time(e, task, steady)
         assert len(steady.trials) == 7 and v.times[0]["trials"] == 7 and "median of 7 trials" in v.timing
         noisy = StandIn(task, ms=[0.001, 0.0013, 0.0007, 0.001, 0.0016])
         v = _time(e, task, noisy)
         assert len(noisy.trials) == 2 * 21 and v.times[0]["trials"] == 21 and "noisy-timing" in v.flags
-    finally:
-        e.gpu, e.turn = False, None
-        e.close()
 
 
 def test_a_noisy_shape_far_from_parity_stops_at_the_fewest_trials_and_is_not_timed_again(builtin):
     task = builtin["softmax"]
-    e = Evaluator(EvalConfig(workers=1, trials=21, min_trials=7, sandbox=False))
-    try:
-        e.gpu, e.turn = True, MeasuringTurn(e, None)
-        e.for_comparison = lambda reply: reply
+    with stand_in_evaluator(task, trials=21, min_trials=7) as e:
         e.base = StandIn(task, ms=0.0001)  # (times the stand-ins report must fit its 2 ms per request)
-        e.turn.baseline_side = lambda *a: e.base
         slow = StandIn(task, ms=[0.001, 0.0013, 0.0007, 0.001, 0.0016])  # a noisy swing, 10x the baseline's time
         v = _time(e, task, slow)
         assert len(slow.trials) == 7 and v.times[0]["trials"] == 7 and "noisy-timing" in v.flags
@@ -230,9 +226,6 @@ def test_a_noisy_shape_far_from_parity_stops_at_the_fewest_trials_and_is_not_tim
         straddling = StandIn(task, ms=[0.001, 0.0011, 0.00005, 0.0009, 0.001])
         _time(e, task, straddling)
         assert len(straddling.trials) == 2 * 21
-    finally:
-        e.gpu, e.turn = False, None
-        e.close()
 
 
 def test_where_the_baseline_is_the_oracle_its_outputs_are_taken_once_per_epoch(ev, builtin, monkeypatch):
