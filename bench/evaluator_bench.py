@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fitness.evaluator as evaluator_module  # noqa: E402
+import fitness.reference as reference_module  # noqa: E402
 from archives.metrics import aa_noise  # noqa: E402
 from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
 from fitness.verdict import Verdict, geomean  # noqa: E402
@@ -72,6 +73,7 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
     t0, cpu0, engine0 = time.monotonic(), _cpu_ticks(), time.process_time()
     busy0 = {"measuring": ev.measuring_s, "correctness": ev.pool.busy_s,
              "clean": ev.timer.busy_s if ev.timer else 0.0}
+    refs0 = (ev.references.computed, ev.references.compute_s, ev.references.wait_s)
     verdicts = ev.evaluate_many(items)
     wall = time.monotonic() - t0
     phases: dict[str, float] = {}
@@ -95,6 +97,9 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
             print(f"[{label}] {name} children so far: {pool.served['spare']} warm from {pool.spares} spares, "
                   f"{pool.served['cold']} forked cold; a spare's device start {pool.spare_start_s / n:.2f} s "
                   f"on average", flush=True)
+    refs = ev.references
+    print(f"[{label}] references: {refs.computed - refs0[0]} computed, {refs.compute_s - refs0[1]:.1f} s computing, "
+          f"{refs.wait_s - refs0[2]:.1f} s waiting for one of {refs.parallel} turns", flush=True)
     exclusive = [v.phases["timing_exclusive_s"] for v in verdicts if "timing_exclusive_s" in v.phases]
     rows = [r for v in verdicts for r in v.times]
     if exclusive:
@@ -143,10 +148,13 @@ def main() -> None:
                     help="the engine's sys.setswitchinterval (s), to see what the GIL costs the trials")
     ap.add_argument("--no-aa", action="store_true", help="skip the A/A pass")
     ap.add_argument("--spares", type=int, default=None, help="warm spare children per pool, at least")
+    ap.add_argument("--ref-parallel", type=int, default=None, help="references computed at once in the engine")
     ap.add_argument("--clean", type=int, default=None, help="clean (replay and timing) children, at least")
     args = ap.parse_args()
     if args.spares is not None:
         evaluator_module.SPARE_CHILDREN = args.spares
+    if args.ref_parallel is not None:
+        reference_module.PARALLEL = args.ref_parallel
     if args.clean is not None:
         evaluator_module.TIMING_CHILDREN = args.clean
     if args.switch_interval:

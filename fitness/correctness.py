@@ -77,6 +77,8 @@ def run_correctness(ev: Evaluator, task: Task, source: str, v: Verdict, cancel: 
             v.stage = reply.get("stage", "parse")
             v.phases["worker_ms"] = dict(reply.get("phase_ms") or {})
             for case in cases if not reply.get("error") else []:
+                if case["split"] != "timing":
+                    ev.judge(task).prefetch(case)
                 reply = child.request({"op": "case", "task": spec, "case": case}, ev.config.timeout_s)
                 add_phases(v.phases["worker_ms"], reply.get("phase_ms"))
                 if reply.get("error"):

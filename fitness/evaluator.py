@@ -46,6 +46,9 @@ from suites.task import Task
 TIMING_CHILDREN = 3
 # per pool at least, else a third of its slots; each holds a CUDA context (~0.5 GiB of GPU memory)
 SPARE_CHILDREN = 2
+# a replay's references computed while its child runs, this many ahead of the comparisons (each up
+# to 64 MiB in float64 on builtin; the reference cache holds 2 GiB on a GPU)
+REFERENCES_AHEAD = 3
 TORCH_WORK_SHARE = 0.01  # torch work (elements read or written) allowed beside the kernels, as a share of outputs
 
 
@@ -268,6 +271,8 @@ class Evaluator:
                  if self.judge(task).replays]
         if not items:
             return traces
+        for item in items[:REFERENCES_AHEAD]:
+            self.references.prefetch(task, item["case"])
         req = {"op": "replay", "task": self.task_spec(task), "items": items,
                "source": source if self.interpret else None}
         t0 = time.monotonic()
@@ -280,8 +285,10 @@ class Evaluator:
         v.phases["replay_child_ms"] = dict(reply.get("phase_ms") or {})
         if reply.get("error"):
             return self._fail(v, f"replay: {reply['error']}")
-        for item, res in zip(items, reply.get("results", [])):
+        for k, (item, res) in enumerate(zip(items, reply.get("results", []))):
             case = item["case"]
+            if k + REFERENCES_AHEAD < len(items):
+                self.references.prefetch(task, items[k + REFERENCES_AHEAD]["case"])
             where = f"{case['split']} shape {case['shape']} {case['dtype']}"
             if res.get("error"):
                 return self._fail(v, f"{res['error']} ({where})")

@@ -74,6 +74,10 @@ class FunctionJudge:
                  for shape in group for dt in self.task.dtypes for _ in self.ev.config.seeds]
         return cases, lambda case, reply: self.ev.check_case(self.task, case, reply.get("outputs"))
 
+    def prefetch(self, case: dict) -> None:
+        """The case's reference computed while its outputs are on their way."""
+        self.ev.references.prefetch(self.task, case)
+
     def check_timed(self, case: dict, seed: int, candidate: Any, baseline: Any) -> str:
         """The timed replay's outputs on the third draw, against the engine's reference."""
         return self.ev.check_case(self.task, {**case, "seed": seed}, self.ev.for_comparison({"o": candidate})["o"])
@@ -126,6 +130,9 @@ class ScriptJudge:
         if self.ev.gpu:
             cases += [{**c, "split": "timing", "seed": fresh_seed()} for c in refs.timing_cases(ref)]
         return cases, lambda case, reply: refs.check(self.task, ref, case, reply)
+
+    def prefetch(self, case: dict) -> None:
+        """Nothing: the suite's own kernel is the oracle, computed once per task (fitness.script_eval)."""
 
     def check_timed(self, case: dict, seed: int, candidate: Any, baseline: Any) -> str:
         return compare_tree(candidate, baseline, self.task.tolerance, slack=4.0, path="output")

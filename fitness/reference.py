@@ -4,7 +4,7 @@ Seeds are fresh for every evaluation (fitness.evaluator), so a reference is rare
 twice; the cache keeps the ones computed lately, bounded in bytes, and makes threads that ask
 for the same case at once wait for one computation. One case is computed at a time (each
 already uses all of torch's CPU threads; seen on the H100 machine: 15 tasks computing theirs at
-once made each comparison take 20 s). On a GPU machine the inputs are drawn and the references
+once made each comparison take 20 s); on a GPU a few at once. On a GPU machine the inputs are drawn and the references
 computed and kept on the GPU, where the outputs are compared (a float64 matmul there takes
 milliseconds, on the CPU seconds; drawing 64M elements on the CPU ~0.5 s); a reference that
 cannot run on the GPU runs on the CPU from the same inputs.
@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -23,7 +25,18 @@ from fitness.compare import as_list, dtype_name
 from fitness.harness import draw_inputs
 from suites.task import Task
 
-DEVICE_BYTES = 2 << 30
+# on a GPU: a tenth of its memory, at most 8 GiB. The references of the cases in flight (about 40
+# on builtin with 8 workers, up to 64 MiB each in float64) must fit: with 2 GiB, H100 builtin
+# computed 1328 references where 1008 were asked for (the rest dropped before their comparison)
+DEVICE_BYTES = 8 << 30
+DEVICE_SHARE = 0.1
+# references computed at once. One: on the CPU each uses all of torch's threads; on the H100 (builtin
+# steady state, `bench/evaluator_bench.py --ref-parallel`) four at once made each take 62 ms instead
+# of 19 (the engine's GIL and the device's one stream), 98.5 candidates/min against 110.6
+PARALLEL = 1
+# (task, shape, dtype)s whose outputs' dtypes and shapes are kept: they do not depend on the seed,
+# and finding them on meta tensors cost 1-6 ms of the engine's Python per reference (CPU, builtin)
+SIGNATURES_KEPT = 4096
 # a case's float64 outputs, and the [(dtype, shape)] the candidate's outputs must have
 Reference = tuple[list[torch.Tensor], list[tuple[str, tuple]]]
 
@@ -34,6 +47,14 @@ def default_bytes() -> int:
     except (ValueError, OSError, AttributeError):
         physical = 16 << 30
     return min(32 << 30, physical // 4)
+
+
+def device_bytes(device: str) -> int:
+    try:
+        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    except (RuntimeError, AssertionError, ValueError):  # not a CUDA device (tests: "meta")
+        return DEVICE_BYTES
+    return min(DEVICE_BYTES, int(DEVICE_SHARE * total))
 
 
 class BytesLRU:
@@ -63,16 +84,39 @@ class BytesLRU:
             self._bytes -= self.size(self._items.popitem(last=False)[1])
 
 
+class Signatures:
+    """The outputs' [(dtype, shape)] by (task, shape, dtype), where meta tensors gave them: they
+    do not depend on the seed. (Not where the reference had to run for real: an output whose
+    shape depends on the data has no meta kernel.)"""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items = BytesLRU(SIGNATURES_KEPT, lambda value: 1)
+
+    def get(self, key: tuple) -> list[tuple[str, tuple]] | None:
+        with self._lock:
+            return self._items.get(key) if key in self._items else None
+
+    def put(self, key: tuple, signature: list[tuple[str, tuple]]) -> None:
+        with self._lock:
+            self._items.put(key, signature)
+
+
 class ReferenceCache:
-    def __init__(self, max_bytes: int | None = None, device: str = "cpu"):
-        if max_bytes is None:  # on the GPU: little, since fresh seeds leave little to reuse
-            max_bytes = default_bytes() if device == "cpu" else DEVICE_BYTES
+    def __init__(self, max_bytes: int | None = None, device: str = "cpu", parallel: int | None = None):
+        if max_bytes is None:
+            max_bytes = default_bytes() if device == "cpu" else device_bytes(device)
         self.max_bytes = max_bytes
         self.device = device
         self._items = BytesLRU(max_bytes, lambda value: sum(r.numel() * r.element_size() for r in value[0]))
         self._lock = threading.Lock()
         self._pending: dict[tuple, threading.Lock] = {}  # key -> lock held while that case is computed
-        self._compute = threading.Lock()
+        self.parallel = parallel or PARALLEL
+        self._compute = threading.BoundedSemaphore(self.parallel)
+        self._signatures = Signatures()
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="references-ahead")
+        # what the references cost the engine: computed, seconds computing, seconds waiting for a turn
+        self.computed, self.compute_s, self.wait_s = 0, 0.0, 0.0
 
     def get(self, task: Task, case: dict) -> Reference:
         """(float64 outputs, [(dtype, shape)] the candidate's outputs must have)."""
@@ -85,19 +129,44 @@ class ReferenceCache:
             with self._lock:
                 if key in self._items:  # computed while this thread waited
                     return self._items.get(key)
+            t0 = time.monotonic()
             with self._compute:
-                value = compute(task, case, self.device)
+                t1 = time.monotonic()
+                value = compute(task, case, self.device, self._signatures)
             with self._lock:
                 self._items.put(key, value)
                 self._pending.pop(key, None)
+                self.computed += 1
+                self.wait_s += t1 - t0
+                self.compute_s += time.monotonic() - t1
         return value
 
+    def prefetch(self, task: Task, case: dict) -> None:
+        """Starts computing the case's reference in the background, so that the comparison that
+        asks for it later finds it ready (or waits for it, not for another). For a case whose
+        outputs are on their way: two or three ahead at most, since the cache is bounded."""
+        self._ahead.submit(self._quiet_get, task, case)
 
-def compute(task: Task, case: dict, device: str = "cpu") -> Reference:
+    def _quiet_get(self, task: Task, case: dict) -> None:
+        try:
+            self.get(task, case)
+        except Exception:  # noqa: BLE001 - the comparison that asks for it will meet the error itself
+            pass
+
+
+def compute(task: Task, case: dict, device: str = "cpu", signatures: Signatures | None = None) -> Reference:
     """Drawn from the case's seed by the workers' own function, on the device they draw on;
-    on a GPU the reference stays there, where the outputs are compared."""
+    on a GPU the reference stays there, where the outputs are compared. `signatures`: the
+    outputs' dtypes and shapes known so far, by shape and dtype."""
     args = draw_inputs(task, case, case["seed"], device if device.startswith("cuda") else "cpu")
-    expected = expected_outputs(task, args)
+    key = task.case_key(case)[:-1]  # without the seed
+    expected = signatures.get(key) if signatures is not None else None
+    if expected is None:
+        expected = on_meta(task, args)
+        if expected is not None and signatures is not None:
+            signatures.put(key, expected)
+        elif expected is None:  # some ops have no meta kernel: run it for real
+            expected = [(dtype_name(o), tuple(o.shape)) for o in as_list(task.reference(*args))]
     if device != "cpu":
         try:
             return _float64_reference(task, args, device), expected
@@ -113,11 +182,11 @@ def _float64_reference(task: Task, args: tuple, device: str) -> list[torch.Tenso
         return [r.detach() for r in as_list(task.reference(*up))]
 
 
-def expected_outputs(task: Task, args: tuple) -> list[tuple[str, tuple]]:
-    """dtype and shape of each output for inputs in the task's dtype: meta tensors if possible."""
+def on_meta(task: Task, args: tuple) -> list[tuple[str, tuple]] | None:
+    """dtype and shape of each output for inputs in the task's dtype, found on meta tensors;
+    None where the reference cannot run on them."""
     try:
         meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
-        outs = as_list(task.reference(*meta))
-    except Exception:  # noqa: BLE001 - some ops have no meta kernel: run it for real, once
-        outs = as_list(task.reference(*args))
-    return [(dtype_name(o), tuple(o.shape)) for o in outs]
+        return [(dtype_name(o), tuple(o.shape)) for o in as_list(task.reference(*meta))]
+    except Exception:  # noqa: BLE001 - an op without a meta kernel
+        return None

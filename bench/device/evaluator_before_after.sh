@@ -10,3 +10,7 @@ if [ -d .before ] && [ -z "$SKIP_BEFORE" ]; then
   (cd .before && timeout -s KILL ${LIMIT:-240} python bench/evaluator_bench.py --workers 8 --rounds $R > $OUT/bench-before.txt 2>&1; echo "exit $?" >> $OUT/bench-before.txt)
 fi
 timeout -s KILL ${LIMIT:-240} python bench/evaluator_bench.py --workers 8 --rounds $R > $OUT/bench-head.txt 2>&1; echo "exit $?" >> $OUT/bench-head.txt
+# HEAD with more correctness slots (EXTRA="12 16"): steady rate only, no A/A pass
+for w in $EXTRA; do
+  timeout -s KILL ${LIMIT:-240} python bench/evaluator_bench.py --workers $w --rounds $R --no-aa > $OUT/bench-head-w$w.txt 2>&1; echo "exit $?" >> $OUT/bench-head-w$w.txt
+done
