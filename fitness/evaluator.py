@@ -47,7 +47,7 @@ TIMING_CHILDREN = 3
 # per pool at least, else a third of its slots; each holds a CUDA context (~0.5 GiB of GPU memory)
 SPARE_CHILDREN = 2
 # a replay's references computed while its child runs, this many ahead of the comparisons (each up
-# to 64 MiB in float64 on builtin; the reference cache holds 2 GiB on a GPU)
+# to 64 MiB in float64 on builtin; fitness.reference.DEVICE_BYTES bounds what the cache holds)
 REFERENCES_AHEAD = 3
 TORCH_WORK_SHARE = 0.01  # torch work (elements read or written) allowed beside the kernels, as a share of outputs
 

@@ -4,10 +4,10 @@ Seeds are fresh for every evaluation (fitness.evaluator), so a reference is rare
 twice; the cache keeps the ones computed lately, bounded in bytes, and makes threads that ask
 for the same case at once wait for one computation. One case is computed at a time (each
 already uses all of torch's CPU threads; seen on the H100 machine: 15 tasks computing theirs at
-once made each comparison take 20 s); on a GPU a few at once. On a GPU machine the inputs are drawn and the references
-computed and kept on the GPU, where the outputs are compared (a float64 matmul there takes
-milliseconds, on the CPU seconds; drawing 64M elements on the CPU ~0.5 s); a reference that
-cannot run on the GPU runs on the CPU from the same inputs.
+once made each comparison take 20 s; on the GPU, see PARALLEL). On a GPU machine the inputs are
+drawn and the references computed and kept on the GPU, where the outputs are compared (a
+float64 matmul there takes milliseconds, on the CPU seconds; drawing 64M elements on the CPU
+~0.5 s); a reference that cannot run on the GPU runs on the CPU from the same inputs.
 """
 from __future__ import annotations
 
@@ -163,10 +163,10 @@ def compute(task: Task, case: dict, device: str = "cpu", signatures: Signatures 
     expected = signatures.get(key) if signatures is not None else None
     if expected is None:
         expected = on_meta(task, args)
-        if expected is not None and signatures is not None:
-            signatures.put(key, expected)
-        elif expected is None:  # some ops have no meta kernel: run it for real
+        if expected is None:  # some ops have no meta kernel: run it for real, and keep nothing
             expected = [(dtype_name(o), tuple(o.shape)) for o in as_list(task.reference(*args))]
+        elif signatures is not None:
+            signatures.put(key, expected)
     if device != "cpu":
         try:
             return _float64_reference(task, args, device), expected
