@@ -18,6 +18,7 @@ Not a test: numbers depend on the machine. Quote its output.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -29,7 +30,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fitness.evaluator as evaluator_module  # noqa: E402
-import fitness.reference as reference_module  # noqa: E402
 from archives.metrics import aa_noise  # noqa: E402
 from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
 from fitness.verdict import Verdict, geomean  # noqa: E402
@@ -74,6 +74,7 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
     busy0 = {"measuring": ev.measuring_s, "correctness": ev.pool.busy_s,
              "clean": ev.timer.busy_s if ev.timer else 0.0}
     refs0 = (ev.references.computed, ev.references.compute_s, ev.references.wait_s)
+    served0 = dataclasses.replace(ev.ref_service.stats) if ev.ref_service else None
     verdicts = ev.evaluate_many(items)
     wall = time.monotonic() - t0
     phases: dict[str, float] = {}
@@ -100,6 +101,12 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
     refs = ev.references
     print(f"[{label}] references: {refs.computed - refs0[0]} computed, {refs.compute_s - refs0[1]:.1f} s computing, "
           f"{refs.wait_s - refs0[2]:.1f} s waiting for one of {refs.parallel} turns", flush=True)
+    if ev.ref_service is not None and served0 is not None:
+        now = ev.ref_service.stats
+        n = now.checks - served0.checks
+        each_ms = (now.check_s - served0.check_s) / max(1, n) * 1e3
+        print(f"[{label}] reference children: {n} comparisons answered, {each_ms:.1f} ms each in the engine's "
+              f"wall; {now.fallbacks - served0.fallbacks} made by the engine", flush=True)
     exclusive = [v.phases["timing_exclusive_s"] for v in verdicts if "timing_exclusive_s" in v.phases]
     rows = [r for v in verdicts for r in v.times]
     if exclusive:
@@ -148,13 +155,14 @@ def main() -> None:
                     help="the engine's sys.setswitchinterval (s), to see what the GIL costs the trials")
     ap.add_argument("--no-aa", action="store_true", help="skip the A/A pass")
     ap.add_argument("--spares", type=int, default=None, help="warm spare children per pool, at least")
-    ap.add_argument("--ref-parallel", type=int, default=None, help="references computed at once in the engine")
+    ap.add_argument("--ref-children", type=int, default=None,
+                    help="reference children (fitness.reference_service) on a GPU machine")
     ap.add_argument("--clean", type=int, default=None, help="clean (replay and timing) children, at least")
     args = ap.parse_args()
     if args.spares is not None:
         evaluator_module.SPARE_CHILDREN = args.spares
-    if args.ref_parallel is not None:
-        reference_module.PARALLEL = args.ref_parallel
+    if args.ref_children is not None:
+        evaluator_module.REFERENCE_CHILDREN = args.ref_children
     if args.clean is not None:
         evaluator_module.TIMING_CHILDREN = args.clean
     if args.switch_interval:

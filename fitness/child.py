@@ -38,6 +38,7 @@ from fitness.harness import (
     to_device,
 )
 from fitness.isolation import cap_address_space, outer_pid
+from fitness.reference import ReferenceSide
 from fitness.timing import TimedSide
 from fitness.trace import Recorder, Replayer, ReplayError
 from suites.script import ZeroedEmpty, for_here, tensors_of, to_wire
@@ -68,7 +69,8 @@ class Child:
             "import": self.import_candidate, "case": self.case, "script": self.script, "replay": self.replay,
             "warm": self.warm, "peaks": self.peaks, "time_prepare": self.time_prepare,
             "time_open": self.timing.open, "time_sets": self.timing.sets, "trial": self.timing.trial,
-            "time_check": self.timing.check}
+            "time_check": self.timing.check,
+            **ReferenceSide(self.device, self.task, self.start_device).ops()}  # a reference child's
 
     def start_device(self) -> None:
         """CUDA starts here, in the child: the zygote never touches it (a forked CUDA context is unusable)."""

@@ -25,6 +25,14 @@ def on_device(tree: Any, device: str | torch.device) -> Any:
     return tree
 
 
+def on_device_if_room(tree: Any, device: str | torch.device) -> Any:
+    """on_device, or the tree as it was where the device has no room for it (compared there)."""
+    try:
+        return on_device(tree, device)
+    except torch.cuda.OutOfMemoryError:
+        return tree
+
+
 def dtype_name(t: torch.Tensor | torch.dtype) -> str:
     d = t.dtype if isinstance(t, torch.Tensor) else t
     return str(d).removeprefix("torch.")

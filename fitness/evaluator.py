@@ -28,12 +28,13 @@ from typing import Any
 
 import torch
 
-from fitness.compare import compare_outputs, on_device
+from fitness.compare import compare_outputs, on_device_if_room
 from fitness.correctness import run_correctness
 from fitness.judges import Judge, fresh_seed, judge_for
 from fitness.measuring import BASELINE_CHILDREN, MeasuringTurn
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
 from fitness.reference import ReferenceCache
+from fitness.reference_service import REFERENCE_CHILDREN, ReferenceService
 from fitness.sandbox import detect
 from fitness.script_eval import ScriptReferences
 from fitness.static_gate import check_source
@@ -109,11 +110,16 @@ class Evaluator:
         self.turn = MeasuringTurn(self, clean(BASELINE_CHILDREN, 0)) if self.gpu else None
         self.references = references or ReferenceCache(config.reference_cache_bytes,
                                                        "cuda" if self.gpu else "cpu")
+        # on a GPU the references and comparisons run in clean children (fitness.reference_service)
+        self.ref_service = ReferenceService(clean(REFERENCE_CHILDREN, 0), self.references, self.task_spec,
+                                            config.timeout_s) if self.gpu else None
         self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s, self.task_spec)
         self._judges: dict[tuple, Judge] = {}
 
     def close(self) -> None:
         self.pool.close()
+        if self.ref_service is not None:
+            self.ref_service.close()
         if self.timer:
             if self.turn is not None:
                 self.turn.close()
@@ -272,7 +278,7 @@ class Evaluator:
         if not items:
             return traces
         for item in items[:REFERENCES_AHEAD]:
-            self.references.prefetch(task, item["case"])
+            self.prefetch_reference(task, item["case"])
         req = {"op": "replay", "task": self.task_spec(task), "items": items,
                "source": source if self.interpret else None}
         t0 = time.monotonic()
@@ -288,7 +294,7 @@ class Evaluator:
         for k, (item, res) in enumerate(zip(items, reply.get("results", []))):
             case = item["case"]
             if k + REFERENCES_AHEAD < len(items):
-                self.references.prefetch(task, items[k + REFERENCES_AHEAD]["case"])
+                self.prefetch_reference(task, items[k + REFERENCES_AHEAD]["case"])
             where = f"{case['split']} shape {case['shape']} {case['dtype']}"
             if res.get("error"):
                 return self._fail(v, f"{res['error']} ({where})")
@@ -297,7 +303,7 @@ class Evaluator:
                 by_size = sorted(res["torch_ops"].items(), key=lambda kv: -kv[1])
                 ops = ", ".join(f"{k} ({n} elements)" for k, n in by_size)
                 return self._fail(v, f"torch did work outside Triton kernels (counted on the replay): {ops}")
-            problem = self.check_case(task, case, self.for_comparison(res)["outputs"])
+            problem = self.check_case(task, case, res["outputs"])
             if problem:
                 return self._fail(v, f"replay: the recorded kernels, replayed alone on fresh inputs ({where}), "
                                      f"gave a wrong result: {problem}; work done outside the candidate's Triton "
@@ -314,17 +320,20 @@ class Evaluator:
     def for_comparison(self, reply: dict) -> dict:
         """On a GPU machine the outputs are compared there: a dozen passes over float64 copies of
         64 MiB outputs took the engine 3 s of CPU per candidate on the H100 machine, CPU its
-        correctness workers needed for compiling (on the GPU: milliseconds)."""
-        if self.gpu:
-            try:
-                return on_device(reply, "cuda")
-            except torch.cuda.OutOfMemoryError:
-                pass  # compared on the CPU instead
-        return reply
+        correctness workers needed for compiling (on the GPU: milliseconds). Script tasks only:
+        a function task's outputs go to its reference child as they came (check_case)."""
+        return on_device_if_room(reply, "cuda") if self.gpu else reply
+
+    def prefetch_reference(self, task: Task, case: dict) -> None:
+        """The case's reference computed while its outputs are on their way."""
+        (self.ref_service or self.references).prefetch(task, case)
 
     def check_case(self, task: Task, case: dict, outputs: Any) -> str:
+        """'' or what is wrong with a child's `outputs` (as they came, on the CPU) for `case`."""
         if outputs is None:
             return "no outputs returned"
+        if self.ref_service is not None:
+            return self.ref_service.check(task, case, outputs)
         refs, expected = self.references.get(task, case)
         return compare_outputs(outputs, refs, task.tolerance, expected=expected)
 

@@ -76,11 +76,11 @@ class FunctionJudge:
 
     def prefetch(self, case: dict) -> None:
         """The case's reference computed while its outputs are on their way."""
-        self.ev.references.prefetch(self.task, case)
+        self.ev.prefetch_reference(self.task, case)
 
     def check_timed(self, case: dict, seed: int, candidate: Any, baseline: Any) -> str:
         """The timed replay's outputs on the third draw, against the engine's reference."""
-        return self.ev.check_case(self.task, {**case, "seed": seed}, self.ev.for_comparison({"o": candidate})["o"])
+        return self.ev.check_case(self.task, {**case, "seed": seed}, candidate)
 
 
 class ScriptJudge:
@@ -129,7 +129,7 @@ class ScriptJudge:
         cases = refs.cases(ref)
         if self.ev.gpu:
             cases += [{**c, "split": "timing", "seed": fresh_seed()} for c in refs.timing_cases(ref)]
-        return cases, lambda case, reply: refs.check(self.task, ref, case, reply)
+        return cases, lambda case, reply: refs.check(self.task, ref, case, self.ev.for_comparison(reply))
 
     def prefetch(self, case: dict) -> None:
         """Nothing: the suite's own kernel is the oracle, computed once per task (fitness.script_eval)."""

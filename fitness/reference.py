@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from fitness.compare import as_list, dtype_name
+from fitness.compare import as_list, compare_outputs, dtype_name, on_device_if_room
 from fitness.harness import draw_inputs
 from suites.task import Task
 
@@ -190,3 +190,30 @@ def on_meta(task: Task, args: tuple) -> list[tuple[str, tuple]] | None:
         return [(dtype_name(o), tuple(o.shape)) for o in as_list(task.reference(*meta))]
     except Exception:  # noqa: BLE001 - an op without a meta kernel
         return None
+
+
+class ReferenceSide:
+    """A reference child's side: its cache of references and the two requests it answers."""
+
+    def __init__(self, device: str, load_task: Callable[[dict], Task], start_device: Callable[[], None]):
+        self.device, self.load_task, self.start_device = device, load_task, start_device
+        self.cache: ReferenceCache | None = None
+
+    def ops(self) -> dict[str, Callable[[dict], dict]]:
+        return {"ref_prefetch": self.prefetch, "ref_check": self.check}
+
+    def _cache(self, req: dict) -> ReferenceCache:
+        if self.cache is None:
+            self.start_device()
+            self.cache = ReferenceCache(int(req["cache_bytes"]), self.device)
+        return self.cache
+
+    def prefetch(self, req: dict) -> dict:
+        self._cache(req).prefetch(self.load_task(req["task"]), req["case"])
+        return {}
+
+    def check(self, req: dict) -> dict:
+        task = self.load_task(req["task"])
+        refs, expected = self._cache(req).get(task, req["case"])
+        outputs = on_device_if_room(req["outputs"], self.device)
+        return {"problem": compare_outputs(outputs, refs, task.tolerance, expected=expected)}
