@@ -74,7 +74,8 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
     busy0 = {"measuring": ev.measuring_s, "correctness": ev.pool.busy_s,
              "clean": ev.timer.busy_s if ev.timer else 0.0}
     refs0 = (ev.references.computed, ev.references.compute_s, ev.references.wait_s)
-    served0 = dataclasses.replace(ev.ref_service.stats) if ev.ref_service else None
+    served0 = dataclasses.replace(ev.ref_service.stats, child_ms=dict(ev.ref_service.stats.child_ms)) \
+        if ev.ref_service else None
     verdicts = ev.evaluate_many(items)
     wall = time.monotonic() - t0
     phases: dict[str, float] = {}
@@ -107,6 +108,11 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
         each_ms = (now.check_s - served0.check_s) / max(1, n) * 1e3
         print(f"[{label}] reference children: {n} comparisons answered, {each_ms:.1f} ms each in the engine's "
               f"wall; {now.fallbacks - served0.fallbacks} made by the engine", flush=True)
+        steps = ", ".join(f"{k} {(ms - served0.child_ms.get(k, 0.0)) / max(1, n):.1f}"
+                          for k, ms in sorted(now.child_ms.items()))
+        sent = (now.sent_bytes - served0.sent_bytes) / max(1, n) / 2**20
+        print(f"[{label}] inside the reference children, ms per comparison: {steps}; {sent:.1f} MiB of outputs "
+              f"sent per comparison", flush=True)
     exclusive = [v.phases["timing_exclusive_s"] for v in verdicts if "timing_exclusive_s" in v.phases]
     rows = [r for v in verdicts for r in v.times]
     if exclusive:

@@ -19,11 +19,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fitness.baseline_child import BaselineChild
 from fitness.compare import compare_outputs, on_device_if_room
+from fitness.harness import nbytes
 from fitness.pool import WorkerFailure, WorkerPool
 from fitness.reference import ReferenceCache
 from suites.task import Task
@@ -40,6 +41,18 @@ class ServiceStats:
     checks: int = 0  # comparisons answered by a reference child
     check_s: float = 0.0  # the engine's wall seconds over those comparisons (send, wait, answer)
     fallbacks: int = 0  # comparisons the engine made itself (no reference child answered)
+    # the children's own ms over those comparisons, by step (reference, upload, compare) and in all
+    # ("handle"); the rest of check_s is the trip (the outputs sent, the queue for the child)
+    child_ms: dict[str, float] = field(default_factory=dict)
+
+    sent_bytes: int = 0  # the outputs' bytes sent to the children
+
+    def add(self, wall_s: float, reply: dict, outputs: Any) -> None:
+        self.checks += 1
+        self.sent_bytes += nbytes(outputs) if isinstance(outputs, (list, tuple)) else 0
+        self.check_s += wall_s
+        for k, ms in {**(reply.get("ms") or {}), **(reply.get("phase_ms") or {})}.items():
+            self.child_ms[k] = self.child_ms.get(k, 0.0) + float(ms)
 
 
 class ReferenceService:
@@ -65,8 +78,7 @@ class ReferenceService:
         t0 = time.monotonic()
         reply = self._ask(task, case, {"op": "ref_check", "outputs": outputs})
         if reply is not None and isinstance(reply.get("problem"), str):
-            self.stats.checks += 1
-            self.stats.check_s += time.monotonic() - t0
+            self.stats.add(time.monotonic() - t0, reply, outputs)
             return reply["problem"]
         self.stats.fallbacks += 1
         refs, expected = self.local.get(task, case)
