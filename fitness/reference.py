@@ -37,6 +37,9 @@ PARALLEL = 1
 # (task, shape, dtype)s whose outputs' dtypes and shapes are kept: they do not depend on the seed,
 # and finding them on meta tensors cost 1-6 ms of the engine's Python per reference (CPU, builtin)
 SIGNATURES_KEPT = 4096
+# a reference child's GPU memory beside its cache: a comparison's float64 copies and differences of
+# outputs up to 64 MiB, and a reference computed beside it
+REFERENCE_WORK_BYTES = 2 << 30
 # a case's float64 outputs, and the [(dtype, shape)] the candidate's outputs must have
 Reference = tuple[list[torch.Tensor], list[tuple[str, tuple]]]
 
@@ -206,6 +209,13 @@ class ReferenceSide:
         if self.cache is None:
             self.start_device()
             self.cache = ReferenceCache(int(req["cache_bytes"]), self.device)
+            if self.device.startswith("cuda"):
+                # its share of the GPU: the cache and one comparison's working memory beside one
+                # reference being computed (H100 builtin, six children unbounded held 6-7 GiB each,
+                # freed blocks kept by torch's allocator, and the candidates' children ran out)
+                total = torch.cuda.get_device_properties(torch.device(self.device)).total_memory
+                share = (self.cache.max_bytes + REFERENCE_WORK_BYTES) / total
+                torch.cuda.set_per_process_memory_fraction(min(0.8, share))
         return self.cache
 
     def prefetch(self, req: dict) -> dict:

@@ -30,9 +30,11 @@ from fitness.reference import ReferenceCache
 from suites.task import Task
 
 # reference children per evaluator; a case always goes to the same one (its prefetch and its
-# comparison meet the same cache). Two: a comparison sends up to 64 MiB of outputs, and one
-# channel would queue the other cases' comparisons and prefetches behind it
-REFERENCE_CHILDREN = 2
+# comparison meet the same cache). H100 builtin, steady state (bench/evaluator_bench.py
+# --ref-children): 1 child 73/min, 2 children 97-100/min, 4 children 122-123/min with outputs sent
+# through the socket; each holds a CUDA context, its share of the cache and
+# fitness.reference.REFERENCE_WORK_BYTES
+REFERENCE_CHILDREN = 4
 
 
 @dataclass

@@ -47,19 +47,19 @@ class SharedBlob:
     @staticmethod
     def of(raw: torch.Tensor) -> SharedBlob:
         """A new sealed file holding the bytes of `raw` (1-D uint8, on any device)."""
-        n = raw.numel()
+        data = (raw.cpu() if raw.device.type != "cpu" else raw).numpy().data
         fd = os.memfd_create("te-tensor", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
-            os.ftruncate(fd, n)
-            with mmap.mmap(fd, n) as mm:
-                dst = torch.frombuffer(mm, dtype=torch.uint8)
-                dst.copy_(raw)
-                del dst  # the mapping cannot close while a tensor still exports it
+            # written, not mapped: 20 MiB took 6.4 ms written, 14.6 ms through a mapping (its page
+            # faults), 17.4 ms through the socket (this project's CPU machine)
+            done = 0
+            while done < len(data):
+                done += os.pwrite(fd, data[done:], done)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS | fcntl.F_SEAL_SEAL)
         except BaseException:
             os.close(fd)
             raise
-        return SharedBlob(fd, n)
+        return SharedBlob(fd, len(data))
 
     def mapped(self) -> mmap.mmap:
         """A private, writable mapping of the file (writes copy the page, never reach the file),
