@@ -38,8 +38,10 @@ PARALLEL = 1
 # and finding them on meta tensors cost 1-6 ms of the engine's Python per reference (CPU, builtin)
 SIGNATURES_KEPT = 4096
 # a reference child's GPU memory beside its cache: a comparison's float64 copies and differences of
-# outputs up to 64 MiB, and a reference computed beside it
-REFERENCE_WORK_BYTES = 2 << 30
+# outputs up to 64 MiB, a reference computed beside it, and the blocks torch's allocator keeps
+# (H100 builtin, 4 children: with 2 GiB the allocator freed and asked again so often that a
+# reference took 12-14 ms instead of 0.1-0.8)
+REFERENCE_WORK_BYTES = 4 << 30
 # a case's float64 outputs, and the [(dtype, shape)] the candidate's outputs must have
 Reference = tuple[list[torch.Tensor], list[tuple[str, tuple]]]
 
