@@ -40,8 +40,8 @@ def _encode(obj: Any, blobs: list, shared: bool = False) -> Any:
         # keep only the storage span the view needs, so a slice of a huge base stays small
         span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
         head = {"dtype": str(t.dtype).removeprefix("torch."), "size": list(t.shape), "stride": list(t.stride())}
-        n_shared = sum(isinstance(b, SharedBlob) for b in blobs)
-        if shared and span * t.element_size() >= SHARED_MIN_BYTES and n_shared < MAX_FDS:
+        if shared and span * t.element_size() >= SHARED_MIN_BYTES \
+                and sum(isinstance(b, SharedBlob) for b in blobs) < MAX_FDS:
             # a tensor received as a memory file is handed on as it came (the engine never writes
             # to received outputs; its mapping is private all the same)
             blob = getattr(obj, "_te_blob", None)

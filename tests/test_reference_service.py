@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from fitness.compare import compare_outputs
+from fitness.evaluator import EvalConfig, Evaluator
 from fitness.harness import draw_inputs
 from fitness.pool import WorkerPool
 from fitness.reference import ReferenceCache
@@ -66,14 +67,14 @@ def test_a_reference_child_that_died_is_replaced_and_the_comparison_still_answer
 
 
 def test_where_no_reference_child_can_answer_the_engine_compares_itself(builtin):
-    local = ReferenceCache(1 << 30, "cpu")
     nowhere = {"suite": "builtin", "name": "no-such-task", "path": None}  # the child cannot load it
-    s = ReferenceService(WorkerPool(1, detect(True), True, 4 << 30, clean=True), local, lambda t: nowhere, 60.0)
-    try:
+    with Evaluator(EvalConfig(workers=1, sandbox=False)) as ev:
+        s = ReferenceService(WorkerPool(1, detect(True), True, 4 << 30, clean=True), ev.references,
+                             lambda t: nowhere, 60.0)
+        ev.ref_service = s  # as on a GPU machine
         task = builtin["softmax"]
         c = case(31)
-        assert s.check(task, c, outputs_of(task, c)) == ""
-        assert "outside tolerance" in s.check(task, c, [torch.zeros(64, 256)])
-        assert s.stats.fallbacks == 2 and s.stats.checks == 0 and local.computed == 1
-    finally:
-        s.close()
+        assert s.check(task, c, outputs_of(task, c)) is None  # no answer: the caller compares
+        assert ev.check_case(task, c, outputs_of(task, c)) == ""
+        assert "outside tolerance" in ev.check_case(task, c, [torch.zeros(64, 256)])
+        assert s.stats.fallbacks == 3 and s.stats.checks == 0 and ev.references.computed == 1
