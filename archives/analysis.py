@@ -192,6 +192,7 @@ def session_summary(data: ReportData) -> list[dict[str, Any]]:
              "workers": s.get("workers"), "status": s.get("status"), "aa_n": s.get("aa_n"),
              "aa_median": s.get("aa_median"), "aa_p90": s.get("aa_p90"),
              "units": unit_rates(s),
+             "steady_per_min": m.steady_rate(s.get("steady_evaluations"), s.get("steady_s")),
              **m.session_rates(s.get("evaluations"), s.get("wall_s"), s.get("workers"), s.get("correctness_busy_s"),
                                s.get("timing_busy_s"), s.get("gpus") or 1)}
             for s in data.sessions]

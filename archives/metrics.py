@@ -137,6 +137,18 @@ def session_rates(evaluations: int | None, wall_s: float | None, workers: int | 
             "correctness_busy": (correctness_busy_s or 0.0) / (wall * max(workers or 1, 1))}
 
 
+# a shorter steady state is not worth a rate of its own (the closing line and the report leave it out)
+STEADY_MIN_S = 20.0
+
+
+def steady_rate(evaluations: int | None, seconds: float | None) -> float | None:
+    """Evaluations per minute of a session's steady state (evolve.progress.Tracker.steady: once every
+    task had its first evaluation back); None without one, or one under STEADY_MIN_S."""
+    if not evaluations or not seconds or seconds < STEADY_MIN_S:
+        return None
+    return 60 * evaluations / seconds
+
+
 def aa_noise(speedups: list[float]) -> tuple[float, float] | None:
     """(median, p90) of |A/A - 1| over A/A sentinel timings (the starting kernel against itself);
     None without any."""

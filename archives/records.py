@@ -35,7 +35,10 @@ SESSION_COLUMNS = {"id": int, "run_id": int, "started": float, "wall_s": float, 
                    "aa_n": int, "aa_median": float, "aa_p90": float,
                    # GPUs timing in the session, and each evaluation unit's work (JSON list of
                    # fitness.evaluator.UnitStats): per-device throughput under --cluster
-                   "gpus": int, "units": str}
+                   "gpus": int, "units": str,
+                   # the steady state (evolve.progress.Tracker.steady): evaluations after every task's
+                   # first one, and the seconds from then to the session's end
+                   "steady_evaluations": int, "steady_s": float}
 SENTINEL_COLUMNS = {"id": int, "run_id": int, "task": str, "speedup": float, "verdict": str, "created": float}
 NEEDED = ("meta", "runs", "candidates", "evaluations")  # what any reader of an archive needs
 

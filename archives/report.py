@@ -138,10 +138,12 @@ def tables(r: dict) -> list[tuple]:
                     [[i["task"], i["reason"]] for i in r["invalid"]]))
     if r["sessions"]:
         out.append(("Sessions (throughput)", ["session", "started", "wall", "evaluations", "per minute",
-                                              "GPU measuring turn", "correctness workers busy",
+                                              "steady state per minute", "GPU measuring turn",
+                                              "correctness workers busy",
                                               "A/A |A/A-1| median / p90 (n)", "ended"],
                     [[str(s["id"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(s["started"] or 0)),
-                      f"{s['wall_s']:.0f} s", str(s["evaluations"]), f"{s['per_min']:.1f}", pct(s["timing_busy"]),
+                      f"{s['wall_s']:.0f} s", str(s["evaluations"]), f"{s['per_min']:.1f}",
+                      "-" if s["steady_per_min"] is None else f"{s['steady_per_min']:.1f}", pct(s["timing_busy"]),
                       f"{pct(s['correctness_busy'])} of {s['workers']}", _aa_cell(s), s["status"] or "?"]
                      for s in r["sessions"]]))
         units = [(s["id"], u) for s in r["sessions"] for u in s.get("units", [])]

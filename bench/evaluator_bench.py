@@ -87,7 +87,9 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
             "correctness": ev.pool.busy_s - busy0["correctness"],
             "clean": (ev.timer.busy_s if ev.timer else 0.0) - busy0["clean"]}
     per_min = 60 * len(verdicts) / wall
-    print(f"[{label}] {len(verdicts)} candidates in {wall:.1f} s = {per_min:.1f} candidates/min", flush=True)
+    passed, timed = sum(v.passed for v in verdicts), sum(v.speedup is not None for v in verdicts)
+    print(f"[{label}] {len(verdicts)} candidates in {wall:.1f} s = {per_min:.1f} candidates/min "
+          f"({passed} passed, {timed} timed)", flush=True)
     cpu1 = _cpu_ticks()
     if cpu1[1] > cpu0[1]:
         print(f"[{label}] the machine's CPUs busy {100 * (cpu1[0] - cpu0[0]) / (cpu1[1] - cpu0[1]):.0f}% "

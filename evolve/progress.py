@@ -80,6 +80,11 @@ class Tracker:
     tasks: dict[str, TaskState] = field(default_factory=dict)
     evals: int = 0
     finished: int = 0
+    # the steady state: from when every task of the session had its first evaluation back (or had
+    # ended), the evaluations after it. The first ones pay for starting each task (its reference,
+    # compile, the baseline's first timing: H100 TritonBench, 48 s before the first of 14 tasks)
+    steady_from: float | None = None
+    steady_evals: int = 0
 
     def __post_init__(self) -> None:
         self.t0 = self.clock()
@@ -102,8 +107,20 @@ class Tracker:
         if isinstance(event, Evaluated):
             self.evals += 1
             state.evals += 1
+            self.steady_evals += self.steady_from is not None
+            self.mark_steady()
         else:
             state.generation, state.of, state.best = event.generation, event.of, event.best
+
+    def mark_steady(self) -> None:
+        """Starts the steady state once every task has been evaluated once or has ended."""
+        seen = sum(1 for t in self.tasks.values() if t.evals or t.status != "searching")
+        if self.steady_from is None and seen >= self.size.tasks:
+            self.steady_from = self.clock()
+
+    def steady(self) -> tuple[int, float] | None:
+        """(evaluations, seconds) of the steady state so far; None before it began."""
+        return None if self.steady_from is None else (self.steady_evals, self.clock() - self.steady_from)
 
     def overall(self) -> str:
         eta = self.eta_s()
@@ -170,6 +187,10 @@ class Progress:
     def evals(self) -> int:
         return self.tracker.evals
 
+    def steady(self) -> tuple[int, float] | None:
+        with self._lock:
+            return self.tracker.steady()
+
     def __call__(self, event: Event) -> None:
         with self._lock:
             self.tracker.apply(event)
@@ -179,6 +200,7 @@ class Progress:
         with self._lock:
             self.tracker.finished += 1
             self.tracker.tasks.setdefault(task, TaskState()).status = status
+            self.tracker.mark_steady()
             self.view.task_done(self.tracker, task)
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from archives.archive import Archive
-from archives.metrics import aa_noise, session_rates
+from archives.metrics import aa_noise, session_rates, steady_rate
 from archives.records import RunStatus
 from evolve.config import RunConfig, SearchConfig
 from evolve.evaluating import SearchEvaluator
@@ -88,13 +88,16 @@ class Session:
         aa_speedups = self.archive.sentinel_speedups(self.run_id, since=started)
         aa = aa_noise(aa_speedups)
         busy = ev.measuring_s if ev.gpu else None
+        steady = self.progress.steady()
         stats = {"started": started, "wall_s": round(wall, 3), "evaluations": self.progress.evals,
                  "workers": ev.workers, "gpus": ev.gpus,
                  "units": json.dumps([asdict(u) for u in ev.units(self.progress.evals)]),
                  "correctness_busy_s": round(ev.correctness_busy_s, 3),
                  "timing_busy_s": None if busy is None else round(busy, 3),
                  "status": run_status(interrupted, self.ends).value, "aa_n": len(aa_speedups),
-                 "aa_median": aa[0] if aa else None, "aa_p90": aa[1] if aa else None}
+                 "aa_median": aa[0] if aa else None, "aa_p90": aa[1] if aa else None,
+                 "steady_evaluations": steady[0] if steady else None,
+                 "steady_s": round(steady[1], 3) if steady else None}
         self.archive.add_session(self.run_id, stats)
         print(session_line(stats), flush=True)
 
@@ -129,6 +132,10 @@ def session_line(s: dict[str, Any]) -> str:
     r = session_rates(s["evaluations"], s["wall_s"], s["workers"], s["correctness_busy_s"], s["timing_busy_s"],
                       s.get("gpus") or 1)
     line = f"{s['evaluations']} evaluations in {s['wall_s']:.0f} s = {r['per_min']:.1f}/min"
+    steady = steady_rate(s.get("steady_evaluations"), s.get("steady_s"))
+    if steady is not None:
+        line += (f" (steady state, every task past its first evaluation: {s['steady_evaluations']} in "
+                 f"{s['steady_s']:.0f} s = {steady:.1f}/min)")
     if r["timing_busy"] is not None:
         gpus = s.get("gpus") or 1
         line += (f"; GPU measuring turn held {100 * r['timing_busy']:.0f}% of the wall time"

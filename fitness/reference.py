@@ -40,8 +40,9 @@ SIGNATURES_KEPT = 4096
 # a reference child's GPU memory beside its cache: a comparison's float64 copies and differences of
 # outputs up to 64 MiB, a reference computed beside it, and the blocks torch's allocator keeps
 # (H100 builtin, 4 children: with 2 GiB the allocator freed and asked again so often that a
-# reference took 12-14 ms instead of 0.1-0.8)
+# reference took 12-14 ms instead of 0.1-0.8; with 4 GiB 3.8 ms)
 REFERENCE_WORK_BYTES = 4 << 30
+TRIM_POLL_S = 0.05  # how often an idle reference child looks at what its allocator keeps
 # a case's float64 outputs, and the [(dtype, shape)] the candidate's outputs must have
 Reference = tuple[list[torch.Tensor], list[tuple[str, tuple]]]
 
@@ -203,22 +204,46 @@ class ReferenceSide:
     def __init__(self, device: str, load_task: Callable[[dict], Task], start_device: Callable[[], None]):
         self.device, self.load_task, self.start_device = device, load_task, start_device
         self.cache: ReferenceCache | None = None
+        self._last = time.monotonic()  # when the child last started or answered a request
+        self._active = 0  # requests being answered now
 
     def ops(self) -> dict[str, Callable[[dict], dict]]:
-        return {"ref_prefetch": self.prefetch, "ref_check": self.check}
+        return {"ref_prefetch": self._answer(self.prefetch), "ref_check": self._answer(self.check)}
+
+    def _answer(self, op: Callable[[dict], dict]) -> Callable[[dict], dict]:
+        def answer(req: dict) -> dict:
+            self._active, self._last = self._active + 1, time.monotonic()
+            try:
+                return op(req)
+            finally:
+                self._active, self._last = self._active - 1, time.monotonic()
+        return answer
 
     def _cache(self, req: dict) -> ReferenceCache:
         if self.cache is None:
             self.start_device()
             self.cache = ReferenceCache(int(req["cache_bytes"]), self.device)
             if self.device.startswith("cuda"):
-                # its share of the GPU: the cache and one comparison's working memory beside one
-                # reference being computed (H100 builtin, six children unbounded held 6-7 GiB each,
-                # freed blocks kept by torch's allocator, and the candidates' children ran out)
+                # a hard bound of its cache and twice the working memory; the memory torch's
+                # allocator keeps beyond one working memory is given back while the child is idle
+                # (six children unbounded held 6-7 GiB each and the candidates' children ran out; a
+                # bound the allocator met mid-comparison made it free and ask again: see
+                # REFERENCE_WORK_BYTES)
                 total = torch.cuda.get_device_properties(torch.device(self.device)).total_memory
-                share = (self.cache.max_bytes + REFERENCE_WORK_BYTES) / total
-                torch.cuda.set_per_process_memory_fraction(min(0.8, share))
+                torch.cuda.set_per_process_memory_fraction(
+                    min(0.8, (self.cache.max_bytes + 2 * REFERENCE_WORK_BYTES) / total))
+                threading.Thread(target=self._trim, args=(self.cache.max_bytes + REFERENCE_WORK_BYTES,),
+                                 daemon=True, name="reference-trim").start()
         return self.cache
+
+    def _trim(self, keep_bytes: int) -> None:
+        """Gives the allocator's unused blocks back once the child has been idle a moment and holds
+        more than `keep_bytes` (off the comparisons' path)."""
+        while True:
+            time.sleep(TRIM_POLL_S)
+            idle = self._active == 0 and time.monotonic() - self._last > TRIM_POLL_S
+            if idle and torch.cuda.memory_reserved() > keep_bytes:
+                torch.cuda.empty_cache()
 
     def prefetch(self, req: dict) -> dict:
         self._cache(req).prefetch(self.load_task(req["task"]), req["case"])

@@ -135,6 +135,8 @@ class TimedSide:
         return self.method
 
     def _capture(self):
+        rng = torch.cuda.default_generators[torch.cuda.current_device()]
+        saved = rng.clone_state()
         try:
             for s in self.sets:  # compile and autotune outside the capture
                 self.fn(*s)
@@ -144,6 +146,10 @@ class TimedSide:
                 outs = [_as_list(self.fn(*s)) for s in self.sets]
             self.graph, self.graph_outs = g, outs
         except Exception:  # noqa: BLE001 - not capturable: the engine times both sides eagerly
+            # a capture that fails before its end leaves the CUDA generator marked as capturing, and
+            # every later random draw in the process raised "Offset increment outside graph capture
+            # encountered unexpectedly" (H100, TritonBench softmax_triton3 lost at its starting kernel)
+            rng.graphsafe_set_state(saved)
             torch.cuda.synchronize()
             self.uncapturable = True
             self.sets = [self._copy(0) for _ in range(len(self.sets))]  # a failed capture may leave them half-written

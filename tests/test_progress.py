@@ -6,6 +6,7 @@ from rich.console import Console
 
 from evolve.progress import Evaluated, GenerationDone, PlainView, Progress, RunSize, Tracker, make_view
 from evolve.progress_live import render
+from evolve.session import session_line
 
 
 class Clock:
@@ -63,3 +64,31 @@ def test_a_stream_that_is_not_a_terminal_gets_plain_lines(monkeypatch):
     assert isinstance(make_view(io.StringIO()), PlainView)
     monkeypatch.setenv("TRITON_EVOLVE_PROGRESS", "rich")
     assert type(make_view(io.StringIO())).__name__ == "LiveView"
+
+
+def test_the_steady_state_begins_once_every_task_was_evaluated_or_ended_and_counts_only_what_follows():
+    clock = Clock()
+    tracker = Tracker(RunSize(3, 1, 2, 3), clock=clock)
+    progress = Progress(tracker, PlainView(io.StringIO()))
+    clock.now += 40
+    progress(Evaluated("softmax"))
+    progress(Evaluated("softmax"))
+    progress.task_done("matmul", "invalid here")  # stopped at its starting kernel: it counts as seen
+    assert progress.steady() is None  # row_sum not yet evaluated
+    clock.now += 10
+    progress(Evaluated("row_sum"))  # the last task's first evaluation: the steady state starts here
+    assert progress.steady() == (0, 0.0)
+    for _ in range(6):
+        clock.now += 5
+        progress(Evaluated("softmax"))
+    assert progress.steady() == (6, 30.0) and tracker.evals == 9
+
+
+def test_the_closing_line_gives_the_steady_rate_when_the_steady_state_lasted():
+    stats = {"evaluations": 148, "wall_s": 225.0, "workers": 8, "correctness_busy_s": 900.0,
+             "timing_busy_s": 70.0, "steady_evaluations": 70, "steady_s": 73.0}
+    line = session_line(stats)
+    assert line.startswith("148 evaluations in 225 s = 39.5/min (steady state, every task past its first "
+                           "evaluation: 70 in 73 s = 57.5/min)"), line
+    assert "steady" not in session_line({**stats, "steady_s": 5.0})  # too short to be a rate
+    assert "steady" not in session_line({**stats, "steady_evaluations": None, "steady_s": None})

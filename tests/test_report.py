@@ -178,7 +178,8 @@ def test_report_of_a_cpu_search(cpu_search_archive, tmp_path):
     assert session["evaluations"] == n_evals and session["timing_busy"] is None and session["status"] == "finished"
     assert 0 < session["correctness_busy"] <= 1 and session["per_min"] == pytest.approx(
         60 * n_evals / session["wall_s"])
-    assert "## Sessions (throughput)" in md and f"| {session['per_min']:.1f} | n/a |" in md
+    steady = "-" if session["steady_per_min"] is None else f"{session['steady_per_min']:.1f}"
+    assert "## Sessions (throughput)" in md and f"| {session['per_min']:.1f} | {steady} | n/a |" in md
     assert "![Sequential scaling" in md and (out / "plots" / "scaling_generations.png").stat().st_size > 5000
 
 
