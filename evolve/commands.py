@@ -84,18 +84,33 @@ def _validate_pass(tasks: Mapping[str, Task], options: ValidateOptions,
     with evaluator as ev:
         for v in ev.validate_iter(list(tasks.values()), timed=options.timed):
             task = tasks[v.task]
-            weak = task.script is not None and not ev.reference_status(task) and ev.script_refs.get(task).weak
+            ref = ev.script_refs.get(task) if task.script is not None else None
+            weak = bool(ref and not ref.error and ref.weak)
             verdicts.append(v)
             if v.device:
-                entries[v.task] = validation.entry(v, weak)
+                entries[v.task] = validation.entry(v, weak, guard_marks(ref))
                 validation.merge(options.record, options.suite, v.device, {v.task: entries[v.task]})
             if not options.as_json:
                 sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
                 status = "invalid-here" if "invalid-here" in v.flags else v.stage
-                note = ("weak-test " if weak else "") + \
+                dropped = ref.dropped() if ref else ""
+                note = ("weak-test " if weak else "") + (f"{dropped}; " if dropped and not v.passed else dropped) + \
                     ("" if v.passed else validation.brief(v.reason, 110) if v.reason else "")
                 print(f"{v.task:40} {status:12} {'ok' if v.heldout_correct else 'FAIL':8} {sp:>8}  {note}", flush=True)
     return verdicts, entries
+
+
+def guard_marks(ref: Any) -> dict:
+    """What the guard-band check (fitness.guard_bands) left on a script task's reference, for
+    validate's record: the benchmark inputs dropped ({index: reason}) and any it could not check."""
+    if ref is None:
+        return {}
+    marks: dict[str, Any] = {}
+    if ref.unstable:
+        marks["unstable_perf"] = {str(i): f.reason for i, f in sorted(ref.unstable.items())}
+    if ref.unchecked:
+        marks["guard_unchecked"] = ref.unchecked
+    return marks
 
 
 def _validate_summary(tasks: Mapping[str, Task], verdicts: list[Verdict], record: Path | None) -> None:

@@ -24,6 +24,7 @@ import torch
 from fitness import protocol
 from fitness.child_failures import is_compile_error, is_cuda_fault, run_cases, trim_trace
 from fitness.child_timing import KEEP_SIDES_SHARE, PreparedSides, peaks
+from fitness.guard_bands import guard_reply
 from fitness.harness import (
     CandidateError,
     LaunchHook,
@@ -227,6 +228,8 @@ class Child:
             return {"stage": "parse", "error": f"module defines no {entry!r}"}
         reply = run_cases(req["cases"], lambda case: self.run_script_case(task, module, entry, case, True),
                           self._tick)
+        if "error" not in reply and req.get("guard"):  # the same draws again, inside guard bands
+            reply = guard_reply(reply, req, task, runner.bind(module, entry), self.device)
         if "error" not in reply and req.get("count"):
             try:
                 reply["perf_count"] = runner.perf_count

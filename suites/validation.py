@@ -39,10 +39,12 @@ def read(path: Path) -> dict:
         raise SuiteError(f"{path}: unreadable validation record ({e}); delete it and run validate again") from None
 
 
-def entry(verdict, weak: bool) -> dict:
+def entry(verdict, weak: bool, marks: dict | None = None) -> dict:
+    """The record's entry for one task; `marks`: more it keeps (a script task's benchmark inputs
+    dropped by the guard-band check, fitness.guard_bands), only when there are any."""
     invalid = "invalid-here" in verdict.flags or not verdict.passed
     return {"status": INVALID if invalid else VALID, "reason": "" if not invalid else short_reason(verdict.reason),
-            "weak_test": weak, "stage": verdict.stage, "speedup": verdict.speedup}
+            "weak_test": weak, "stage": verdict.stage, "speedup": verdict.speedup, **(marks or {})}
 
 
 def merge(path: Path, suite: str, device: str, entries: dict[str, dict]) -> dict:
@@ -98,13 +100,18 @@ def shared_gpu_failure(reason: str) -> bool:
     """A failure that another process on the same GPU can cause (its memory, a broken context),
     so worth a retry with the GPU to itself."""
     low = reason.lower()
+    if "outside its inputs" in low:  # the guard-band check's finding: the suite's own kernel, run alone
+        return False
     return any(k in low for k in _SHARED_GPU)
 
 
 def reason_class(reason: str) -> str:
     """A coarse bucket for summaries (ptxas, timeout, import, wrong result, ...)."""
     low = reason.lower()
-    for key, label in (("unresolved extern", "ptxas: unresolved extern function (AMD-only math)"),
+    for key, label in (("reads memory outside its inputs", "reference reads memory outside its inputs"),
+                       ("writes outside its inputs", "reference writes outside its inputs"),
+                       ("is not reproducible", "reference not reproducible"),
+                       ("unresolved extern", "ptxas: unresolved extern function (AMD-only math)"),
                        ("ptxas", "ptxas error"), ("deadline", "timed out"), ("timed out", "timed out"),
                        ("out of memory", "out of memory"),
                        ("illegal memory access", "CUDA illegal memory access"),

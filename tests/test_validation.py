@@ -64,3 +64,15 @@ def test_a_task_left_out_as_invalid_here_says_why_in_full(tmp_path, capsys):
     assert list(kept) == ["cumsum"]
     line = capsys.readouterr().out.strip()
     assert line.startswith("left out softmax: invalid-here on NVIDIA H100") and "torch.OutOfMemoryError" in line
+
+
+GUARD_READ = ("the suite's reference reads memory outside its inputs on the benchmark inputs (perf 3): with NaN "
+              "or extreme values around its inputs, the call fails: RuntimeError: an illegal memory access was "
+              "encountered")
+
+
+def test_a_reference_reading_outside_its_inputs_has_its_own_class_and_is_not_retried_alone():
+    assert validation.reason_class(GUARD_READ) == "reference reads memory outside its inputs"
+    assert not validation.shared_gpu_failure(GUARD_READ)  # its own kernel's fault, whoever shares the GPU
+    wrote = "the suite's reference writes outside its inputs on the benchmark inputs (perf 0): 8 of the ..."
+    assert validation.reason_class(wrote) == "reference writes outside its inputs"
