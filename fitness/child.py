@@ -26,6 +26,7 @@ from fitness.child_failures import is_compile_error, is_cuda_fault, run_cases, t
 from fitness.child_timing import KEEP_SIDES_SHARE, PreparedSides, peaks
 from fitness.guard_bands import guard_reply
 from fitness.harness import (
+    TORCH_WORK_SHARE,
     CandidateError,
     LaunchHook,
     Snapshot,
@@ -42,12 +43,8 @@ from fitness.isolation import cap_address_space, outer_pid
 from fitness.reference import ReferenceSide
 from fitness.timing import TimedSide
 from fitness.trace import Recorder, Replayer, ReplayError
-from suites.script import ZeroedEmpty, for_here, tensors_of, to_wire
+from suites.script import ZeroedEmpty, for_here, seed_all, tensors_of, to_wire
 from suites.task import Task
-
-# torch work a candidate may do outside its kernels, as a share of its outputs (elements read or
-# written by compute ops: a row reduction such as logsumexp writes few elements but reads all)
-TORCH_WORK_SHARE = 0.01
 
 
 class Child:
@@ -262,6 +259,7 @@ class Child:
         meter = TorchWorkMeter(self.hook)
         recorder = Recorder(args) if args is not None and not reference else None
         self.hook.recorder = recorder
+        seed_all(case["seed"])  # a wrapper that draws random numbers gets the same ones in every run
         try:
             with meter, ZeroedEmpty():
                 if recorder is not None and args is not None:  # recorded: the bound call on `args`

@@ -30,6 +30,7 @@ import torch
 
 from fitness.compare import compare_outputs, on_device_if_room
 from fitness.correctness import run_correctness
+from fitness.harness import TORCH_WORK_SHARE
 from fitness.judges import Judge, fresh_seed, judge_for
 from fitness.measuring import BASELINE_CHILDREN, MeasuringTurn
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
@@ -50,7 +51,6 @@ SPARE_CHILDREN = 2
 # a replay's references computed while its child runs, this many ahead of the comparisons (each up
 # to 64 MiB in float64 on builtin; fitness.reference.DEVICE_BYTES bounds what the cache holds)
 REFERENCES_AHEAD = 3
-TORCH_WORK_SHARE = 0.01  # torch work (elements read or written) allowed beside the kernels, as a share of outputs
 
 
 def slots_per_unit(workers: int) -> int:

@@ -27,7 +27,7 @@ import torch
 from fitness.child_failures import is_cuda_fault
 from fitness.compare import compare_tree, on_device
 from fitness.harness import draw_inputs
-from suites.script import ZeroedEmpty, describe_inputs, to_wire
+from suites.script import ZeroedEmpty, describe_inputs, seed_all, to_wire
 from suites.task import Task, to_device
 
 # bytes of band on each side of a tensor: its own size, at least GUARD_MIN_BYTES (attn_fwd_causal
@@ -145,7 +145,8 @@ def _first_line(e: BaseException, width: int) -> str:
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:width]}"
 
 
-def _call(fn: Callable[..., Any], args: tuple, device: str) -> Any:
+def _call(fn: Callable[..., Any], args: tuple, device: str, seed: int) -> Any:
+    seed_all(seed)  # as the usual run: a wrapper that draws random numbers (batched_vecmat_mult) draws the same
     with ZeroedEmpty():  # as the usual run: buffers the suite leaves uninitialized read as zeros
         tree = fn(*args)
     if device == "cuda":
@@ -153,7 +154,8 @@ def _call(fn: Callable[..., Any], args: tuple, device: str) -> Any:
     return tree
 
 
-def check_case(host: tuple, usual: Any, fn: Callable[..., Any], tolerance: dict, device: str) -> Finding | None:
+def check_case(host: tuple, usual: Any, fn: Callable[..., Any], tolerance: dict, device: str,
+               seed: int) -> Finding | None:
     """The guarded call on `host` (the drawn inputs) against `usual` (the plain call's result, on
     the wire); None when nothing changed. A result that differs is confirmed by a second guarded
     call: the same again says the neighbours made the difference; another one, that the reference
@@ -161,7 +163,7 @@ def check_case(host: tuple, usual: Any, fn: Callable[..., Any], tolerance: dict,
     neighbours each time; seen on attn_fwd_causal under the interpreter.)"""
     args, guards = guard_args(host, device)
     try:
-        tree = to_wire(_call(fn, args, device))
+        tree = to_wire(_call(fn, args, device, seed))
     except Exception as e:  # noqa: BLE001 - the suite's kernel, failing on poisoned neighbours
         return Finding(READS, f"{AROUND}, the call fails: {_first_line(e, 200)}", is_cuda_fault(e))
     wrote = "; ".join(filter(None, (g.changed() for g in guards)))
@@ -170,8 +172,8 @@ def check_case(host: tuple, usual: Any, fn: Callable[..., Any], tolerance: dict,
     problem = compare_tree(on_device(tree, device), usual, tolerance, path="output")
     if not problem:
         return None
-    again = compare_tree(on_device(to_wire(_call(fn, guard_args(host, device)[0], device)), device), tree, tolerance,
-                         path="output")
+    again_tree = to_wire(_call(fn, guard_args(host, device)[0], device, seed))
+    again = compare_tree(on_device(again_tree, device), tree, tolerance, path="output")
     if again:
         return Finding(UNREPRODUCIBLE, f"two calls on the same inputs differ: {again}")
     return Finding(READS, f"{AROUND}, {problem}")
@@ -184,7 +186,8 @@ def guard_reply(reply: dict, req: dict, task: Task, fn: Callable[..., Any], devi
     findings: list[dict] = []
     for case, result in zip(req["cases"], reply["results"]):
         try:
-            finding = check_case(draw_inputs(task, case, case["seed"]), result["tree"], fn, task.tolerance, device)
+            host = draw_inputs(task, case, case["seed"])
+            finding = check_case(host, result["tree"], fn, task.tolerance, device, case["seed"])
         except (torch.OutOfMemoryError, MemoryError) as e:  # the bands' memory, not the suite's fault
             findings.append({"unchecked": f"no memory for its guard bands ({_first_line(e, 120)})"})
             continue

@@ -33,6 +33,12 @@ class CandidateError(Exception):
     """A check failed; the message is the verdict's reason."""
 
 
+# torch work a candidate may do outside its kernels, as a share of its outputs (elements read or
+# written by compute ops: a row reduction such as logsumexp writes few elements but reads all);
+# checked in its child (an early filter) and on the replay by the engine
+TORCH_WORK_SHARE = 0.01
+
+
 def nbytes(args: Iterable[object]) -> int:
     """Storage bytes of the tensors among `args`."""
     return sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))

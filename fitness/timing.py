@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 
 from fitness.harness import nbytes, to_device
-from suites.script import ZeroedEmpty
+from suites.script import ZeroedEmpty, tensors_of
 
 MAX_SETS = 64
 SET_BUDGET_BYTES = 2 << 30
@@ -38,7 +38,7 @@ def _fill(sets, contents):
     for s in sets:
         for dst, src in zip(s, contents):
             if isinstance(dst, torch.Tensor):
-                dst.copy_(src)
+                dst.detach().copy_(src)  # detached: a call may have made an input an autograd view
 
 
 def _as_list(out) -> list:
@@ -174,20 +174,26 @@ class TimedSide:
         left uninitialized (outputs the graph keeps; `empty` in an eager call)."""
         if self.method == "cuda-graph":
             for out in self.graph_outs:
-                for o in out:
-                    if isinstance(o, torch.Tensor):
-                        o.zero_()
+                for o in tensors_of(out):
+                    o.detach().zero_()  # detached: an output made by an autograd Function may be a view
             _fill(self.sets, self.draws[2])  # after the zeroing: an output may be an input
             torch.manual_seed(CHECK_SEED)
             self.run()
             torch.cuda.synchronize()
-            return [[o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in self.graph_outs[i]] for i in picks]
+            return [_on_host(self.graph_outs[i]) for i in picks]
         _fill(self.sets, self.draws[2])
         outs = []
         for i in picks:
             torch.manual_seed(CHECK_SEED + i)
             with ZeroedEmpty():
-                out = _as_list(self.fn(*self.sets[i]))
+                out = self.fn(*self.sets[i])
             torch.cuda.synchronize()
-            outs.append([o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in out])
+            outs.append(_on_host(out))
         return outs
+
+
+def _on_host(out: object) -> list[torch.Tensor]:
+    """A call's output tensors, flattened, on the host. Flattened as a recorded trace's outputs are
+    (fitness.trace.Recorder): a wrapper returning a tuple with non-tensors or nested tuples (TritonBench
+    apply_penalty: 8 items) gave the baseline a longer list than its own replayed kernels."""
+    return [o.detach().cpu() for o in tensors_of(out)]

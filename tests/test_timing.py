@@ -23,3 +23,42 @@ def test_a_call_that_cannot_be_captured_is_timed_eagerly_and_its_random_draws_st
     first, again = side.check([0, 2]), side.check([0, 2])
     assert torch.equal(first[0][0], again[0][0])  # each checked call starts from the same seed
     assert torch.randn(4, device="cuda").isfinite().all()  # the process's generator is usable after the failed capture
+
+
+def _tuple_with_non_tensors(x: torch.Tensor) -> tuple:
+    return x * 2, None, 3, (x + 1,)
+
+
+class _ViewOfInput(torch.autograd.Function):
+    """Returns its input as a view, as TritonBench fast_rms_layernorm's Function does."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view(-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graph", [True, False], ids=["cuda-graph", "eager"])
+def test_the_checked_outputs_are_the_call_s_tensors_flattened_as_a_recorded_trace_gives_them(graph):
+    draws = [(torch.rand(256, device="cuda"),) for _ in range(3)]
+    side = TimedSide(_tuple_with_non_tensors, draws)
+    side.calibrate()
+    side.prepare(2, graph)
+    (out,) = side.check([1])
+    expected = draws[2][0].cpu()
+    assert len(out) == 2 and torch.equal(out[0], expected * 2) and torch.equal(out[1], expected + 1)
+
+
+@pytest.mark.gpu
+def test_an_output_that_is_an_autograd_view_of_an_input_can_be_refilled_and_checked():
+    draws = [(torch.rand(16, 16, device="cuda", requires_grad=True),) for _ in range(3)]
+    side = TimedSide(_ViewOfInput.apply, draws)
+    side.calibrate()
+    side.prepare(2, graph=True)
+    side.trial(0)
+    (out,) = side.check([0])
+    assert torch.equal(out[0], draws[2][0].detach().cpu().view(-1))
