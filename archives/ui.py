@@ -84,7 +84,9 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "correctness_busy_s": "the correctness workers' summed serving time",
         "timing_busy_s": "time the GPU's measuring turn was held (null: no GPU)", "status": "how the command ended",
         "aa_n": "A/A sentinels timed", "aa_median": "median of |A/A - 1|", "aa_p90": "p90 of |A/A - 1|",
-        "gpus": "GPUs timing in the session", "units": "JSON: each evaluation unit's work (under --cluster)"},
+        "gpus": "GPUs timing in the session", "units": "JSON: each evaluation unit's work (under --cluster)",
+        "steady_evaluations": "evaluations after every task's first one came back (the steady state)",
+        "steady_s": "seconds from the steady state's start to the command's end"},
     "sentinels": {"id": _ID, "run_id": "the run", "task": "the task", "speedup": "A/A speedup (1.0 is no noise)",
                   "verdict": "JSON: the sentinel's verdict", "created": _WHEN},
 }

@@ -121,7 +121,7 @@ def test_sessions_are_kept_per_run_and_added_to_an_archive_made_before_them(tmp_
     a = Archive(tmp_path / "a.db")
     stats = {"started": 1.0, "wall_s": 60.0, "evaluations": 30, "workers": 2, "correctness_busy_s": 90.0,
              "timing_busy_s": 48.0, "status": "stopped", "aa_n": 2, "aa_median": 0.01, "aa_p90": 0.02,
-             "gpus": 1, "units": "[]"}
+             "gpus": 1, "units": "[]", "steady_evaluations": 20, "steady_s": 40.0}
     a.add_session(run, stats)
     a.add_sentinel(run, "softmax", 1.01, {"task": "softmax"})
     assert a.sentinel_speedups(run) == [1.01] and a.sentinel_speedups(run, since=2e9) == []

@@ -43,7 +43,8 @@ def test_run_completes_archives_and_exports(finished):
     tmp, p = finished
     assert "operators: knobs" in p.stdout and "no LLM is configured" in p.stdout
     # the throughput line says which side bounded it: the workers ran the candidates
-    busy = re.search(r"evaluations in \d+ s = [\d.]+/min; correctness workers busy (\d+)%", p.stdout)
+    busy = re.search(r"evaluations in \d+ s = [\d.]+/min(?: \(steady state[^)]*\))?; correctness workers busy (\d+)%",
+                     p.stdout)
     assert busy and 0 < int(busy.group(1)) <= 100, p.stdout
     conn = db(tmp)
     assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
