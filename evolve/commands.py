@@ -7,11 +7,14 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, Protocol
 
 from fitness.verdict import Verdict, geomean
 from suites import validation
 from suites.task import Task
+
+if TYPE_CHECKING:
+    from fitness.script_eval import ScriptReference
 
 
 class Validator(Protocol):
@@ -100,7 +103,7 @@ def _validate_pass(tasks: Mapping[str, Task], options: ValidateOptions,
     return verdicts, entries
 
 
-def guard_marks(ref: Any) -> dict:
+def guard_marks(ref: ScriptReference | None) -> dict:
     """What the guard-band check (fitness.guard_bands) left on a script task's reference, for
     validate's record: the benchmark inputs dropped ({index: reason}) and any it could not check."""
     if ref is None:

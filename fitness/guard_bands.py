@@ -26,7 +26,7 @@ import torch
 
 from fitness.child_failures import is_cuda_fault
 from fitness.compare import compare_tree, on_device
-from fitness.harness import draw_inputs
+from fitness.harness import draw_inputs, poison_value
 from suites.script import ZeroedEmpty, describe_inputs, seed_all, to_wire
 from suites.task import Task, to_device
 
@@ -69,10 +69,7 @@ def poison_bytes(dtype: torch.dtype) -> torch.Tensor:
     """One element of the poison value, as its bytes (uint8); all ones where torch cannot fill the dtype."""
     one = torch.empty(1, dtype=dtype)
     try:
-        if dtype.is_floating_point or dtype.is_complex:
-            one.fill_(float("nan"))
-        else:
-            one.fill_(True if dtype == torch.bool else torch.iinfo(dtype).max)
+        one.fill_(poison_value(dtype))
         return one.view(torch.uint8).reshape(-1)
     except (RuntimeError, TypeError):
         return torch.full((one.element_size(),), 0xFF, dtype=torch.uint8)

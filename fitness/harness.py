@@ -217,18 +217,21 @@ def python_threads() -> int:
     return threading.active_count()
 
 
+def poison_value(dtype: torch.dtype) -> float | bool | int:
+    """What poisoned memory holds: NaN for floats, True for flags, the largest value for integers
+    (here, and in the guard bands around a reference's inputs: fitness.guard_bands)."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    return True if dtype == torch.bool else torch.iinfo(dtype).max
+
+
 def poison(*tensors: object) -> None:
     """Overwrite harness-owned buffers before they are freed (NaN for floats, a max for ints)."""
     for t in _flat(tensors):
         if not isinstance(t, torch.Tensor) or t.numel() == 0:
             continue
         try:
-            if t.is_floating_point() or t.is_complex():
-                t.fill_(float("nan"))
-            elif t.dtype == torch.bool:
-                t.fill_(True)
-            else:
-                t.fill_(torch.iinfo(t.dtype).max)
+            t.fill_(poison_value(t.dtype))
         except RuntimeError:
             pass  # a read-only or expanded view: nothing a later allocation could inherit
 

@@ -58,10 +58,10 @@ PERF_UTILS = '''class Performance_Metrics:
         self.input_tensors = []
 '''
 
-PERF = '''import sys
+PERF_TEMPLATE = '''import sys
 import os
 sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), '..')))
-from TritonBench_v1.{name} import scale_add
+from TritonBench_v1.{name} import {entry}
 from performance_utils import Performance_Metrics
 import torch
 
@@ -72,14 +72,14 @@ class performance_metrics(Performance_Metrics):
 
     def get_input_tensors(self):
         self.input_tensors = []
-        for i in range(6, 10):
-            self.input_tensors.append((torch.rand(2 ** i), torch.rand(2 ** i)))
+        for i in range({sizes}):
+            self.input_tensors.append({inputs})
 
     def to_cuda(self, input_tensor):
         return tuple(t.cuda() for t in input_tensor)
 
     def call_op(self, input_tensor):
-        return scale_add(*input_tensor)
+        return {entry}(*input_tensor)
 
     def get_gbps(self, input_tensor, runtime):
         return 3 * input_tensor[0].numel() * 4 / (runtime / 1000) / 1e9
@@ -89,18 +89,29 @@ class performance_metrics(Performance_Metrics):
 '''
 
 
-def write_tritonbench(root: Path) -> Path:
-    """tritonbench/ with three tasks: a good one, a weak-test one, and one whose perf file breaks."""
+def perf_file(name: str, entry: str = "scale_add", inputs: str = "(torch.rand(2 ** i), torch.rand(2 ** i))",
+              sizes: str = "6, 10") -> str:
+    """A perf file calling `entry` on `inputs` (an expression of `i`) for i in range(`sizes`)."""
+    return PERF_TEMPLATE.format(name=name, entry=entry, inputs=inputs, sizes=sizes)
+
+
+def write_tritonbench(root: Path, tasks: dict[str, tuple[str, str, str]] | None = None) -> Path:
+    """tritonbench/ with `tasks` ({name: (kernel, test, perf file)}); by default three: a good one, a
+    weak-test one, and one whose perf file breaks."""
+    if tasks is None:
+        tasks = {"scale_add": (SCALE_ADD, SCALE_ADD_TEST, perf_file("scale_add")),
+                 "weak_scale_add": (SCALE_ADD, WEAK_TEST, perf_file("weak_scale_add")),
+                 "broken_perf": (SCALE_ADD, WEAK_TEST,
+                                 perf_file("broken_perf") + "\nraise ImportError('no such helper')\n")}
     d = root / "tritonbench"
     (d / "kernels").mkdir(parents=True)
     (d / "perf").mkdir()
     (d / "perf" / "performance_utils.py").write_text(PERF_UTILS)
     records = []
-    for name, test, perf in (("scale_add", SCALE_ADD_TEST, PERF), ("weak_scale_add", WEAK_TEST, PERF),
-                             ("broken_perf", WEAK_TEST, PERF + "\nraise ImportError('no such helper')\n")):
-        (d / "kernels" / f"{name}.py").write_text(SCALE_ADD + "\n" + SEP + "\n" + test)
-        (d / "perf" / f"{name}_perf.py").write_text(perf.replace("{name}", name))
-        records.append({"instruction": f"Write {name}.", "input": "", "output": SCALE_ADD, "file": f"{name}.py",
+    for name, (kernel, test, perf) in tasks.items():
+        (d / "kernels" / f"{name}.py").write_text(kernel + "\n" + SEP + "\n" + test)
+        (d / "perf" / f"{name}_perf.py").write_text(perf)
+        records.append({"instruction": f"Write {name}.", "input": "", "output": kernel, "file": f"{name}.py",
                         "difficulty": "2"})
     (d / "instructions.json").write_text(json.dumps(records))
     return d

@@ -12,7 +12,7 @@ import torch
 from fitness.guard_bands import GUARD_MIN_BYTES, READS, UNREPRODUCIBLE, WRITES, check_case, guard, guard_args
 from suites.script import seed_all
 from suites.task import to_device
-from tests.suite_fixtures import PERF_UTILS, SCALE_ADD, SCALE_ADD_TEST, SEP
+from tests.suite_fixtures import SCALE_ADD, SCALE_ADD_TEST, perf_file, write_tritonbench
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = {"float32": (1e-3, 1e-3)}
@@ -143,33 +143,6 @@ import torch
 result_gold = {"x": double_inplace(torch.randn(512, device='cuda')[:100])}
 '''
 
-PERF = '''import sys
-import os
-sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), '..')))
-from TritonBench_v1.{name} import {entry}
-from performance_utils import Performance_Metrics
-import torch
-
-
-class performance_metrics(Performance_Metrics):
-    def __init__(self, dtype=None, is_backward=False, **kwargs):
-        super().__init__('{name}', dtype=dtype, is_backward=is_backward, **kwargs)
-
-    def get_input_tensors(self):
-        self.input_tensors = []
-        for i in range(6, 8):
-            self.input_tensors.append({inputs})
-
-    def call_op(self, input_tensor):
-        return {entry}(*input_tensor)
-
-    def get_gbps(self, input_tensor, runtime):
-        return 1.0
-
-    def get_tflops(self, input_tensor, runtime):
-        return 1.0
-'''
-
 TASKS = {  # name: (kernel, test, entry, one benchmark input)
     "scale_add": (SCALE_ADD, SCALE_ADD_TEST, "scale_add", "(torch.rand(2 ** i), torch.rand(2 ** i))"),
     "block_scale": (BLOCK_SCALE, BLOCK_SCALE_TEST, "block_scale",
@@ -180,18 +153,8 @@ TASKS = {  # name: (kernel, test, entry, one benchmark input)
 
 
 def write_suite(root: Path) -> Path:
-    d = root / "tritonbench"
-    (d / "kernels").mkdir(parents=True)
-    (d / "perf").mkdir()
-    (d / "perf" / "performance_utils.py").write_text(PERF_UTILS)
-    records = []
-    for name, (kernel, test, entry, inputs) in TASKS.items():
-        (d / "kernels" / f"{name}.py").write_text(kernel + "\n" + SEP + "\n" + test)
-        perf = PERF.replace("{name}", name).replace("{entry}", entry).replace("{inputs}", inputs)
-        (d / "perf" / f"{name}_perf.py").write_text(perf)
-        records.append({"instruction": f"Write {name}.", "input": "", "output": kernel, "file": f"{name}.py"})
-    (d / "instructions.json").write_text(json.dumps(records))
-    return d
+    return write_tritonbench(root, {name: (kernel, test, perf_file(name, entry, inputs, "6, 8"))
+                                    for name, (kernel, test, entry, inputs) in TASKS.items()})
 
 
 @pytest.mark.slow
