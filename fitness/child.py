@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from fitness import protocol
-from fitness.child_failures import is_compile_error, is_cuda_fault, run_cases, trim_trace
+from fitness.child_failures import is_compile_error, is_cuda_fault, trim_trace
+from fitness.child_script import ScriptSide
 from fitness.child_timing import KEEP_SIDES_SHARE, PreparedSides, peaks
-from fitness.guard_bands import guard_reply
 from fitness.harness import (
     TORCH_WORK_SHARE,
     CandidateError,
@@ -43,11 +43,11 @@ from fitness.isolation import cap_address_space, outer_pid
 from fitness.reference import ReferenceSide
 from fitness.timing import TimedSide
 from fitness.trace import Recorder, Replayer, ReplayError
-from suites.script import ZeroedEmpty, for_here, seed_all, tensors_of, to_wire
+from suites.script import for_here
 from suites.task import Task
 
 
-class Child:
+class Child(ScriptSide):
     """One conversation's process: it answers the engine's requests (OPS) one at a time."""
 
     def __init__(self, hook: LaunchHook, snapshot: Snapshot):
@@ -211,80 +211,6 @@ class Child:
             ops = ", ".join(f"{k} ({v} elements)" for k, v in sorted(meter.ops.items(), key=lambda kv: -kv[1]))
             raise CandidateError(f"torch did work outside Triton kernels: {ops}")
 
-    # -- script tasks (data-backed suites) -------------------------------------------------
-    def script(self, req: dict) -> dict:
-        """The suite's own reference run on a list of cases, in a child that loads nothing else."""
-        task = self.task(req["task"])
-        runner = task.script
-        self.start_device()
-        module, failed = self._import(for_here(runner.reference_source), "reference")
-        if module is None:
-            return failed or {}
-        entry = runner.reference_entry
-        if not hasattr(module, entry):
-            return {"stage": "parse", "error": f"module defines no {entry!r}"}
-        reply = run_cases(req["cases"], lambda case: self.run_script_case(task, module, entry, case, True),
-                          self._tick)
-        if "error" not in reply and req.get("guard"):  # the same draws again, inside guard bands
-            reply = guard_reply(reply, req, task, runner.bind(module, entry), self.device)
-        if "error" not in reply and req.get("count"):
-            try:
-                reply["perf_count"] = runner.perf_count
-                reply["perf_bytes"] = runner.perf_bytes()
-            except BaseException as e:  # noqa: BLE001
-                reply["perf_error"] = trim_trace(e)
-        return reply
-
-    def run_script_case(self, task: Task, module: ModuleType, entry: str, case: dict, reference: bool) -> dict:
-        args = None
-        if case["kind"] == "test":
-            def call():
-                return task.script.run_test(module, case["seed"], entry)
-        else:
-            host = draw_inputs(task, case, case["seed"])
-            fn = task.script.bind(module, entry)
-            args = to_device(host, self.device)
-
-            def call():
-                return fn(*to_device(host, self.device))
-        warm = (module.__name__, case["kind"], case["shape"].get("perf"))
-        if warm not in self.warmed:
-            # a first call autotunes and compiles; autotuning re-runs kernels on the call's own
-            # buffers, so only a later call's result is comparable between two modules
-            with ZeroedEmpty():
-                call()
-            self.warmed.add(warm)
-        threads = python_threads()
-        before = self.hook.launches(module.__name__)
-        meter = TorchWorkMeter(self.hook)
-        recorder = Recorder(args) if args is not None and not reference else None
-        self.hook.recorder = recorder
-        seed_all(case["seed"])  # a wrapper that draws random numbers gets the same ones in every run
-        try:
-            with meter, ZeroedEmpty():
-                if recorder is not None and args is not None:  # recorded: the bound call on `args`
-                    with recorder:
-                        tree = fn(*args)
-                else:
-                    tree = call()
-            if self.device == "cuda":
-                torch.cuda.synchronize()
-        finally:
-            self.hook.recorder = None
-        self._check_tamper()
-        if python_threads() != threads:
-            raise CandidateError("candidate started a thread during the call")
-        launches = self.hook.launches(module.__name__) - before
-        if not reference and launches == 0:
-            raise CandidateError("none of the candidate's own @triton.jit kernels was launched")
-        for t in tensors_of(tree):
-            if type(t) is not torch.Tensor:
-                raise CandidateError(f"the result holds a {type(t).__name__}, not a plain torch.Tensor")
-        reply = {"tree": to_wire(tree), "torch_elements": meter.elements, "launches": launches}
-        if recorder is not None:
-            reply["trace"] = recorder.trace(tensors_of(tree))
-        return reply
-
     # -- replay (a clean child: on a GPU it never imports the candidate) ---------------------
     def replay(self, req: dict) -> dict:
         task = self.task(req["task"])
@@ -380,9 +306,11 @@ class Child:
             except EOFError:
                 return
             self.phase_ms = {}
-            t0 = time.perf_counter()
+            t0, tuned = time.perf_counter(), self.hook.tuning_s
             reply = self.handle(req)
             self._tick("handle", t0)
+            if self.hook.tuning_s > tuned:  # the autotuner's benchmarks, within the cases' phases
+                self.phase_ms["autotune"] = (self.hook.tuning_s - tuned) * 1e3
             phases = {k: round(v, 2) for k, v in self.phase_ms.items()}
             protocol.send(fd, {**reply, "nonce": req.get("nonce"), "phase_ms": phases})
 

@@ -63,7 +63,11 @@ class LaunchHook:
         self.counts: dict[str, int] = {}
         self.depth = 0  # >0 while inside Triton's launch machinery (autotune, interpreter copies)
         self.recorder: Recorder | None = None
-        self._patched: list[tuple[Any, Callable]] = []  # (a Triton class, the run it was given)
+        self._patched: list[tuple[Any, str, Callable]] = []  # (a Triton class, attribute, what it was given)
+        # autotuning benchmarks run so far, and their seconds: a call that tuned re-ran kernels on
+        # its own buffers, so its result is not comparable (fitness.child runs it again)
+        self.tunings = 0
+        self.tuning_s = 0.0
 
     def install(self) -> None:
         from triton.runtime import autotuner, interpreter, jit
@@ -71,6 +75,7 @@ class LaunchHook:
         for cls, counts in ((jit.JITFunction, True), (interpreter.InterpretedFunction, True),
                             (autotuner.Autotuner, False), (autotuner.Heuristics, False)):
             self._wrap(cls, counts)
+        self._wrap_bench(autotuner.Autotuner)
         self._wrap_compiled()
 
     def _wrap(self, cls: Any, counts_launch: bool) -> None:
@@ -97,7 +102,25 @@ class LaunchHook:
                     rec.in_launch -= 1
 
         cls.run = run
-        self._patched.append((cls, run))
+        self._patched.append((cls, "run", run))
+
+    def _wrap_bench(self, cls: Any) -> None:
+        """Counts the autotuner's benchmarks of one config each (Triton 3.x: `Autotuner._bench`)."""
+        original = getattr(cls, "_bench", None)
+        if original is None:
+            return
+        hook = self
+
+        def bench(fn_self, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return original(fn_self, *args, **kwargs)
+            finally:
+                hook.tunings += 1
+                hook.tuning_s += time.perf_counter() - t0
+
+        cls._bench = bench
+        self._patched.append((cls, "_bench", bench))
 
     def _wrap_compiled(self) -> None:
         """Compiled launches are recorded where Triton calls the launcher: the kernel binary, the
@@ -123,7 +146,7 @@ class LaunchHook:
         CompiledKernel.run = property(run)
 
     def intact(self) -> bool:
-        return all(cls.run is run for cls, run in self._patched)
+        return all(getattr(cls, name) is fn for cls, name, fn in self._patched)
 
     def launches(self, module: str) -> int:
         return self.counts.get(module, 0)
