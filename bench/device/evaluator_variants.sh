@@ -5,7 +5,9 @@
 # Example: RUNS="base:.base:;head:.:;head-spares6:.:--spares 6;base:.base:" bash bench/device/evaluator_variants.sh
 # Each run stops once its steady-state line is out, or at RUN_S seconds; none starts after
 # DEADLINE_S (the call's own limit, less a run and some slack). Every run's lines and a summary
-# per label under $OUT.
+# per label under $OUT. UNTIL: the line that ends a run (default its steady-state line; '^bound:'
+# keeps the phase table, printed after it). Example for TritonBench:
+# RUNS="head:.:--suite tritonbench --tasks a,b;base:.base:--suite tritonbench --tasks a,b" ROUNDS=4 UNTIL='^bound:' ...
 cd "$(dirname "$0")/../.."
 bash .whl/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/bw/usr/bin:$PATH TRITON_EVOLVE_DATA=$PWD/.suites PYTHONUNBUFFERED=1
 STEADY='^\[steady state[^]]*\] [0-9]+ candidates in'
@@ -20,7 +22,7 @@ for spec in "${SPECS[@]}"; do
   (cd "$dir" && exec python bench/evaluator_bench.py --workers 8 --rounds ${ROUNDS:-3} --no-aa $extra) > $f 2>&1 &
   pid=$!
   for _ in $(seq 1 ${RUN_S:-130}); do
-    sleep 1; grep -qE "$STEADY" $f && break; kill -0 $pid 2>/dev/null || break
+    sleep 1; grep -qE "${UNTIL:-$STEADY}" $f && break; kill -0 $pid 2>/dev/null || break
   done
   pkill -KILL -P $pid 2>/dev/null; kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
   pkill -KILL -f -- "-m fitness\." 2>/dev/null; sleep 2  # its children, before the next run
