@@ -257,10 +257,13 @@ class Child(ScriptSide):
         if "keep_share" in req:
             self.timing.keep_share = min(KEEP_SIDES_SHARE, float(req["keep_share"]))
         case = req["case"]
+        t0 = time.perf_counter()
         draws = [tuple(to_device(a, "cuda") for a in draw_inputs(task, case, s, "cuda")) for s in req["seeds"]]
+        t0 = self._tick("draws", t0)
         cost: Callable[[], list] | None = None
         if req.get("trace") is not None:
             replayer = Replayer(req["trace"], "cuda")
+            self._tick("replay_load", t0)
 
             def fn(*args: Any) -> Any:
                 return replayer.run(args)

@@ -255,14 +255,20 @@ class Evaluator:
         and then, if asked, times the replayed kernels against the baseline. One fork, one CUDA
         start and one set of launchers per candidate for both stages."""
         assert self.timer is not None and self.turn is not None, "the clean stages run on a GPU only"
+        t0 = time.monotonic()
         try:
             with self.timer.child(cancel, order) as clean:
-                if self._replay(task, "", traces, v, cancel, clean) is None:
-                    return
-                if timed:
-                    if cancel and cancel():
-                        raise Cancelled()
-                    self.turn.time(task, traces, v, clean, base_src, cancel)
+                held = time.monotonic()
+                v.phases["clean_wait_s"] = round(held - t0, 3)
+                try:
+                    if self._replay(task, "", traces, v, cancel, clean) is None:
+                        return
+                    if timed:
+                        if cancel and cancel():
+                            raise Cancelled()
+                        self.turn.time(task, traces, v, clean, base_src, cancel)
+                finally:  # the clean child's slot held for this candidate: what bounds it, when it does
+                    v.phases["clean_held_s"] = round(time.monotonic() - held, 3)
         except WorkerFailure as e:  # the clean child could not be had (its zygote failed)
             self._fail(v, f"replay: {e}")
             v.flags.append("worker-replaced")

@@ -25,7 +25,7 @@ from fitness.judges import fresh_seed
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
 from fitness.reference import BytesLRU
 from fitness.timing import n_sets_for, passes_for
-from fitness.trials import NOISY, TimingChild, TimingRejected, alternate, checked, far, noisy, spread
+from fitness.trials import NOISY, TimingChild, TimingRejected, alternate, checked, far, noisy, timed_row
 from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
 from fitness.trials import TRIAL_REPS as TRIAL_REPS
 from fitness.verdict import TIMING_FAILED, Verdict, speedup_from_rows
@@ -53,20 +53,6 @@ DRIFT = 0.03
 # GPU ~5 s at each task's first timing and ~70% of a 12-task search's turn time.
 BASELINE_CHILDREN = 2  # the evaluator's clean baseline pool has this many places
 BASELINE_MEMORY_SHARE = 0.3  # of the GPU's memory, for all baseline children's kept sides together
-
-
-def _row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> dict:
-    """`baseline_kept`: the baseline's median is over its kept trials of the epoch (this turn's
-    tracking request among them), not over trials alternating with this candidate's only."""
-    bytes_, flops = cal["b"].get("cost") or (0.0, 0.0)
-    case = plan["case"]
-    return {"shape": case["shape"], "dtype": case["dtype"], "candidate_ms": statistics.median(times["c"]),
-            "baseline_ms": statistics.median(times["b"]), "candidate_spread": spread(times["c"]),
-            "baseline_spread": spread(times["b"]), "method": method, "input_sets": n_sets,
-            "trials": len(times["c"]), "baseline_trials": len(times["b"]),
-            "baseline_kept": bool(plan.get("baseline_reused")), "bytes": bytes_, "flops": flops,
-            "describe": str(cal["b"].get("describe", "")),
-            "phase_ms": {"warm_up": cal["c"].get("warm_ms", 0.0), "baseline_warm_up": cal["b"].get("warm_ms", 0.0)}}
 
 
 def _shape_key(task: Task, case: dict, baseline_source: str | None) -> tuple:
@@ -145,11 +131,12 @@ class MeasuringTurn:
         t0, t1, t2, t3 = marks
         v.phases.update(timing_prepare_s=round(t1 - t0, 3), timing_wait_s=round(t2 - t1, 3),
                         timing_exclusive_s=round(t3 - t2, 3))
-        turn: dict[str, float] = {}
-        for plan in plans:
-            for k, x in plan["turn_s"].items():
-                turn[k] = turn.get(k, 0.0) + x
-        v.phases["turn"] = {k: round(x, 3) for k, x in turn.items()}
+        for name in ("turn", "prepare"):
+            summed: dict[str, float] = {}
+            for plan in plans:
+                for k, x in plan.get(f"{name}_s", {}).items():
+                    summed[k] = summed.get(k, 0.0) + x
+            v.phases[name] = {k: round(x, 3) for k, x in summed.items()}
         v.times = rows
         v.speedup, flags = speedup_from_rows(v.times, self.peaks, floor=self.ev.judge(task).floor)
         v.flags += flags
@@ -201,11 +188,17 @@ class MeasuringTurn:
                    "seeds": ep["seeds"]}
         plan = {"slot": slot, "case": case, "epoch": ep, "opening": opening, "key": key, "base_src": base_src,
                 "base_slot": f"epoch{ep['id']}", "n": ep["n"]}
+        clock = StepClock(plan.setdefault("prepare_s", {}))
         plan["n"] = self._ready_baseline(task, plan)
+        clock.tick("baseline")
         plan["cal"] = checked(replay.request({**opening, "slot": slot, "trace": trace},
                                              self.ev.config.timing_timeout_s), "c")
+        clock.tick("replay")
+        for k, ms in (plan["cal"].get("phase_ms") or {}).items():  # where the replay child's part went
+            plan["prepare_s"][f"replay.{k}"] = ms / 1e3
         sets = {"op": "time_sets", "slot": slot, "n_sets": plan["n"], "graph": True}
         plan["method"] = checked(replay.request(sets, self.ev.config.timing_timeout_s), "c")["method"]
+        clock.tick("sets")
         return plan
 
     def _ready_baseline(self, task: Task, plan: dict) -> int:
@@ -270,7 +263,7 @@ class MeasuringTurn:
             plan["oracle"] = self._oracle(plan, sides["b"])
             clock.tick("checks")
         cal = {"c": plan["cal"], "b": b["cal"]}
-        return _row(plan, times, methods["c"], n, cal)
+        return timed_row(plan, times, methods["c"], n, cal)
 
     def _timed_trials(self, plan: dict, sides: dict[str, TimingChild],
                       how: tuple[str, int, int]) -> dict[str, list[float]]:

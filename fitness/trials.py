@@ -107,3 +107,17 @@ def _one_request(child: TimingChild, side: str, req: dict, n: int, spent: dict[s
         raise TimingRejected(f"reported times ({region_ms:.3f} ms in all) are not inside the engine's "
                              f"clock for that request ({wall_ms:.3f} ms)")
     return ms
+
+
+def timed_row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> dict:
+    """`baseline_kept`: the baseline's median is over its kept trials of the epoch (this turn's
+    tracking request among them), not over trials alternating with this candidate's only."""
+    bytes_, flops = cal["b"].get("cost") or (0.0, 0.0)
+    case = plan["case"]
+    return {"shape": case["shape"], "dtype": case["dtype"], "candidate_ms": statistics.median(times["c"]),
+            "baseline_ms": statistics.median(times["b"]), "candidate_spread": spread(times["c"]),
+            "baseline_spread": spread(times["b"]), "method": method, "input_sets": n_sets,
+            "trials": len(times["c"]), "baseline_trials": len(times["b"]),
+            "baseline_kept": bool(plan.get("baseline_reused")), "bytes": bytes_, "flops": flops,
+            "describe": str(cal["b"].get("describe", "")),
+            "phase_ms": {"warm_up": cal["c"].get("warm_ms", 0.0), "baseline_warm_up": cal["b"].get("warm_ms", 0.0)}}
