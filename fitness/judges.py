@@ -17,7 +17,7 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fitness.compare import compare_tree
+from fitness.compare import compare_tree_on
 from fitness.pool import CancelCheck
 from fitness.static_gate import allowance
 from fitness.verdict import Verdict
@@ -135,7 +135,8 @@ class ScriptJudge:
         """Nothing: the suite's own kernel is the oracle, computed once per task (fitness.script_eval)."""
 
     def check_timed(self, case: dict, seed: int, candidate: Any, baseline: Any) -> str:
-        return compare_tree(candidate, baseline, self.task.tolerance, slack=4.0, path="output")
+        device = "cuda" if self.ev.gpu else "cpu"
+        return compare_tree_on(device, candidate, baseline, self.task.tolerance, slack=4.0, path="output")
 
 
 Judge = FunctionJudge | ScriptJudge  # what an evaluator asks of a task's kind

@@ -110,7 +110,7 @@ def load(path: str | None = None) -> SuiteTasks:
                 reference=None, make_inputs=lambda shape, dtype, gen, r=runner: r.perf_args(0, gen.initial_seed()),
                 shapes=ShapeSet((), ()), dtypes=(GIVEN,), tolerance=KB_TOLERANCE,
                 cost=lambda shape, dtype: (0.0, 0.0), start_source="", instruction=_instruction(source),
-                difficulty=level, script=runner,
+                difficulty=level, script=runner, device_inputs=True,
             )
     if not tasks:
         raise SuiteError(f"{root}: no KernelBench tasks found (" + "; ".join(tasks.problems[:3]) + ")")

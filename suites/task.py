@@ -51,7 +51,10 @@ class Task:
     tags: tuple[str, ...] = field(default_factory=tuple)
     # make_inputs makes every tensor with torch factory functions and the generator it is given,
     # so under `torch.device("cuda")` with a CUDA generator it draws on the GPU: on the H100 a
-    # 64M-element randn took the CPU ~0.5 s, each time, in each process, for every fresh seed
+    # 64M-element randn took the CPU ~0.5 s, each time, in each process, for every fresh seed.
+    # Script tasks draw through the suite's own code under the device's default (their timing
+    # only: the correctness stage draws on the host in the reference's and the candidate's child
+    # alike); H100 TritonBench, 3.1 s of a clean child's 9.9 s per candidate went to host draws
     device_inputs: bool = False
     # data-backed suites: a suites.script.ScriptRunner that the worker calls instead of `entry` on
     # `make_inputs`; the reference is then `start_source` run the same way, not a torch function

@@ -13,6 +13,8 @@ import sys
 import types
 from pathlib import Path
 
+import torch
+
 from suites.ast_lock import parse
 from suites.data import suite_dir
 from suites.registry import SuiteError, SuiteTasks
@@ -129,18 +131,19 @@ class TritonBenchRunner(ScriptRunner):
         """The inputs as meta tensors (no memory, no time) and which factory calls made each;
         where the perf file cannot build them as meta tensors, real ones (and every call)."""
         if self._layout is None:
-            try:
-                items, lazy = self._draw(0, wanted=set())
-                self._layout = [(item, lazy.origins(item)) for item in items]
-            except Exception:  # noqa: BLE001 - e.g. an input maker that launches a kernel
-                items, _ = self._draw(0, wanted=None)
-                self._layout = [(item, None) for item in items]
+            with torch.device("cpu"):  # every input, real where meta fails: on the host, which has room
+                try:
+                    items, lazy = self._draw(0, wanted=set())
+                    self._layout = [(item, lazy.origins(item)) for item in items]
+                except Exception:  # noqa: BLE001 - e.g. an input maker that launches a kernel
+                    items, _ = self._draw(0, wanted=None)
+                    self._layout = [(item, None) for item in items]
         return self._layout
 
     def item(self, index: int, seed: int):
         """One benchmark input, real: only the factory calls that make it draw data, so a perf
         file that builds 20 GB of inputs costs the memory of the one asked for."""
-        key = (index, seed)
+        key = (index, seed, torch.get_default_device())  # drawn on the host, or the device's default
         if self._item is None or self._item[0] != key:
             self._item = None
             wanted = self.layout()[index][1]
@@ -200,7 +203,7 @@ def build_task(name: str, kernel_path: Path, perf_path: Path, record: dict) -> T
         name=name, suite="tritonbench", category=guess_category(name), entry=entries[0], reference=None,
         make_inputs=_make_inputs(runner), shapes=ShapeSet((), ()), dtypes=(GIVEN,), tolerance=TOLERANCE,
         cost=_cost(runner), start_source=module_code, instruction=str(record.get("instruction", "")).strip(),
-        difficulty=int(difficulty) if str(difficulty).isdigit() else None, script=runner,
+        difficulty=int(difficulty) if str(difficulty).isdigit() else None, script=runner, device_inputs=True,
     )
 
 
