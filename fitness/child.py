@@ -259,6 +259,7 @@ class Child(ScriptSide):
         case = req["case"]
         t0 = time.perf_counter()
         draws = [tuple(to_device(a, "cuda") for a in draw_inputs(task, case, s, "cuda")) for s in req["seeds"]]
+        torch.cuda.empty_cache()  # the draws' temporaries: a long-lived baseline child keeps only its sides
         t0 = self._tick("draws", t0)
         cost: Callable[[], list] | None = None
         if req.get("trace") is not None:

@@ -37,6 +37,7 @@ def on_device_if_room(tree: Any, device: str | torch.device) -> Any:
 # one comparison at a time on the engine's GPU: float64 copies of a 256 MiB fp16 output take GiBs,
 # beside the children's memory, and on the GPU a comparison takes milliseconds
 _ON_GPU = threading.Lock()
+ENGINE_GPU_CACHE = 1 << 30  # what the engine's allocator may keep between comparisons
 
 
 def compare_tree_on(device: str, out: Any, ref: Any, tolerance: dict, slack: float = 1.0, path: str = "result") -> str:
@@ -48,6 +49,9 @@ def compare_tree_on(device: str, out: Any, ref: Any, tolerance: dict, slack: flo
                 return compare_tree(on_device(out, device), on_device(ref, device), tolerance, slack, path)
             except torch.cuda.OutOfMemoryError:
                 pass
+            finally:
+                if torch.cuda.memory_reserved() > ENGINE_GPU_CACHE:
+                    torch.cuda.empty_cache()  # the children need the room more than the engine
     return compare_tree(out, ref, tolerance, slack, path)
 
 
