@@ -13,7 +13,7 @@ import torch
 from archives.archive import Archive
 from evolve.llm_setup import saved_text
 from evolve.task_search import Halt, SearchConfig, Shared, TaskSearch
-from fitness.measuring import _row
+from fitness.trials import timed_row
 from fitness.verdict import Verdict, speedup_from_rows
 from operators.llm_client import LLMClient, LLMConfig
 from operators.llm_exchange import Exchange, import_answers
@@ -146,7 +146,7 @@ def test_timing_rows_name_their_inputs():
     assert text == "float16[8, 4], float32[8, 4] strides (1, 8), 3, [float32[2]], None"
     plan = {"case": {"shape": {"perf": 2}, "dtype": "given"}}
     cal = {"b": {"cost": [1e6, 0.0], "describe": text}, "c": {}}
-    row = _row(plan, {"c": [0.5, 0.4, 0.6], "b": [1.0, 1.0, 1.1]}, "graph", 1, cal)
+    row = timed_row(plan, {"c": [0.5, 0.4, 0.6], "b": [1.0, 1.0, 1.1]}, "graph", 1, cal)
     assert row["describe"] == text and row["candidate_ms"] == 0.5 and row["bytes"] == 1e6
 
 
