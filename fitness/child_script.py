@@ -2,6 +2,7 @@
 list of cases, and one call of a case by the reference or a candidate (fitness.child.Child)."""
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -63,10 +64,12 @@ class ScriptSide:
         self.warmed.add(warm)
         t0 = time.perf_counter()
         reply = self._script_call(task, module, entry, case, self._draw(task, case), reference, first)
-        if reply is None:  # a fresh draw: on the CPU the dropped call had the host's tensors themselves
-            self._tick("tuned_call", t0)
-            reply = self._script_call(task, module, entry, case, self._draw(task, case), reference, False)
-        return reply or {}
+        if reply is not None:
+            return reply
+        self._tick("tuned_call", t0)  # a fresh draw: on the CPU the dropped call had the host's tensors themselves
+        again = self._script_call(task, module, entry, case, self._draw(task, case), reference, False)
+        assert again is not None, "only a first call is made again"
+        return again
 
     def _draw(self, task: Task, case: dict) -> tuple | None:
         if case["kind"] == "test":
@@ -100,12 +103,8 @@ class ScriptSide:
         self.hook.recorder = recorder
         seed_all(case["seed"])  # a wrapper that draws random numbers gets the same ones in every run
         try:
-            with meter, ZeroedEmpty():
-                if recorder is not None:  # recorded: the bound call on `args`
-                    with recorder:
-                        tree = call()
-                else:
-                    tree = call()
+            with meter, ZeroedEmpty(), recorder or contextlib.nullcontext():  # recorded: the bound call on `args`
+                tree = call()
             if self.device == "cuda":
                 torch.cuda.synchronize()
         finally:

@@ -12,34 +12,25 @@ from tests.suite_fixtures import SCALE_ADD, SCALE_ADD_TEST, perf_file, write_tri
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# accumulates into a zeroed output, and autotunes with a benchmark that launches the kernel again
-# on the call's own buffers: its first call's result is wrong, every later call's right
-TUNED_ACCUMULATE = '''import torch
-import triton
-import triton.language as tl
+def _edited(source: str, *edits: tuple[str, str]) -> str:
+    for old, new in edits:
+        assert old in source, old
+        source = source.replace(old, new)
+    return source
 
 
-def _bench(kernel_call, quantiles=None):
-    for _ in range(3):
-        kernel_call()
-    return [1.0, 1.0, 1.0]
+# scale_add accumulating into a zeroed output, autotuned with a benchmark that launches the kernel
+# again on the call's own buffers: its first call's result is wrong, every later call's right
+TUNED_ACCUMULATE = _edited(
+    SCALE_ADD,
+    ("@triton.jit", "def _bench(kernel_call, quantiles=None):\n    for _ in range(3):\n        kernel_call()\n"
+                    "    return [1.0, 1.0, 1.0]\n\n\n@triton.autotune(configs=[triton.Config({'BLOCK': 32}), "
+                    "triton.Config({'BLOCK': 64})], key=['n'], do_bench=_bench)\n@triton.jit"),
+    ("tl.store(out_ptr + offs, 2 * x + y, mask=mask)", "tl.atomic_add(out_ptr + offs, 2 * x + y, mask=mask)"),
+    ("torch.empty_like(x)", "torch.zeros_like(x)"),
+    ("scale_add_kernel[(triton.cdiv(n, 64),)](x, y, out, n, BLOCK=64)",
+     "scale_add_kernel[lambda meta: (triton.cdiv(n, meta['BLOCK']),)](x, y, out, n)"))
 
-
-@triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"], do_bench=_bench)
-@triton.jit
-def scale_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    tl.atomic_add(out_ptr + offs, 2 * x + y, mask=mask)
-
-
-def scale_add(x, y):
-    out = torch.zeros_like(x)
-    scale_add_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, out, x.numel())
-    return out
-'''
 
 # in a child forked the way the zygote forks them: the hook installed, one Child serving
 SCRIPT = '''
