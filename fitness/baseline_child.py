@@ -1,11 +1,12 @@
 """The measuring turn's helpers (fitness.measuring): a long-lived clean baseline child with the
-lock of its conversation, and a clock of the turn's steps."""
+lock of its conversation, the seeds of each epoch's draws, and a clock of the turn's steps."""
 from __future__ import annotations
 
 import contextlib
 import threading
 import time
 
+from fitness.judges import fresh_seed
 from fitness.pool import ChildProcess, WorkerPool
 
 
@@ -42,3 +43,20 @@ class StepClock:
         now = time.monotonic()
         self.into[step] = self.into.get(step, 0.0) + now - self.t
         self.t = now
+
+
+class SeedBank:
+    """The three seeds of each epoch of draws, by task (and baseline): fresh, and shared by the
+    task's shapes, whose epochs turn together. A perf file that makes every shape at each draw
+    (TritonBench matmul_dequant_int4 quantizes its 31 weights in Python loops) is then drawn once
+    per seed in a clean child, not once per shape and seed (suites.tritonbench keeps the draw)."""
+
+    def __init__(self) -> None:
+        self._bank: dict[tuple, list[list[int]]] = {}
+
+    def seeds(self, task_key: tuple, nth: int) -> list[int]:
+        """The `nth` epoch's seeds; callers serialise (fitness.measuring's epoch lock)."""
+        bank = self._bank.setdefault(task_key, [])
+        while len(bank) <= nth:
+            bank.append([fresh_seed() for _ in range(3)])
+        return bank[nth]

@@ -127,8 +127,9 @@ class ScriptJudge:
             v.device = self.ev.pool.info().get("device", "")
             return None
         cases = refs.cases(ref)
-        if self.ev.gpu:
-            cases += [{**c, "split": "timing", "seed": fresh_seed()} for c in refs.timing_cases(ref)]
+        if self.ev.gpu:  # one seed for the timed inputs, only recorded: a draw serves every shape
+            seed = fresh_seed()  # of a perf file that makes them all at once (suites.tritonbench)
+            cases += [{**c, "split": "timing", "seed": seed} for c in refs.timing_cases(ref)]
         return cases, lambda case, reply: refs.check(self.task, ref, case, self.ev.for_comparison(reply))
 
     def prefetch(self, case: dict) -> None:

@@ -19,9 +19,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from fitness.baseline_child import BaselineChild, StepClock
+from fitness.baseline_child import BaselineChild, SeedBank, StepClock
 from fitness.harness import nbytes
-from fitness.judges import fresh_seed
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
 from fitness.reference import BytesLRU
 from fitness.timing import n_sets_for, passes_for
@@ -73,6 +72,7 @@ class MeasuringTurn:
         self._baseline_cal: dict[tuple, dict] = {}
         self._epochs: dict[tuple, dict] = {}  # per shape: the draws both sides are timed on now
         self._epoch_lock = threading.Lock()
+        self._seed_bank = SeedBank()  # per task and baseline: each epoch's seeds
         self._epoch_ids = itertools.count()
         self._peak_figures: dict | None = None
         self.baseline_prepares = 0  # baseline sides prepared inside the turn
@@ -166,7 +166,9 @@ class MeasuringTurn:
             ep = self._epochs.get(key)
             if ep is None or ep["uses"] >= EPOCH_USES:
                 known = self._baseline_cal.get(key)
-                ep = self._epochs[key] = {"id": next(self._epoch_ids), "seeds": [fresh_seed() for _ in range(3)],
+                nth = ep["nth"] + 1 if ep else 0
+                ep = self._epochs[key] = {"id": next(self._epoch_ids), "nth": nth,
+                                          "seeds": self._seed_bank.seeds((key[0], key[1], key[4]), nth),
                                           "n": self._n_sets(known) if known else 0, "uses": 0}
             ep["uses"] += 1
             return dict(ep)

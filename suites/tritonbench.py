@@ -8,10 +8,10 @@ formulas. A candidate is a module defining the same functions as the reference.
 from __future__ import annotations
 
 import ast
-import contextlib
 import json
 import sys
 import types
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
@@ -34,6 +34,10 @@ from suites.script import (
 from suites.task import ShapeSet, Task
 
 PACKAGE = "TritonBench_v1"  # what the perf files import the kernel module as
+# Whole draws of a perf file without a layout kept per child: the timing's three draws of an
+# epoch, while they hold this much in all (a larger one is kept alone)
+WHOLE_DRAWS_KEPT = 3
+WHOLE_DRAW_BYTES = 2 << 30
 
 
 def perf_imports(perf_source: str, name: str, path: Path) -> list[str]:
@@ -58,7 +62,9 @@ class TritonBenchRunner(ScriptRunner):
         self._perf_classes: dict[str, type] = {}
         self._layout: list | None = None
         self._ref_module = None
-        self._item: tuple | None = None  # ((index, seed), the input) of the last draw
+        self._item: tuple | None = None  # ((index, seed, device), the input) of the last draw
+        # whole draws of a perf file without a layout, by (seed, device), least recently used first
+        self._whole: OrderedDict[tuple, list] = OrderedDict()
         self.packed = True
 
     def run_test(self, module, seed: int, entry: str):
@@ -145,15 +151,33 @@ class TritonBenchRunner(ScriptRunner):
         """One benchmark input, real: only the factory calls that make it draw data, so a perf
         file that builds 20 GB of inputs costs the memory of the one asked for."""
         key = (index, seed, torch.get_default_device())  # drawn on the host, or the device's default
+        wanted = self.layout()[index][1]
+        if wanted is None:
+            return self._whole_draw(key[1:])[index]
         if self._item is None or self._item[0] != key:
             self._item = None
-            wanted = self.layout()[index][1]
-            # no layout (meta tensors failed): every input is made, so on the host, as the layout
-            # was; on the device a suite's 20 GB of inputs stayed in a long-lived child's allocator
-            with torch.device("cpu") if wanted is None else contextlib.nullcontext():
-                items, _ = self._draw(seed, wanted)
+            items, _ = self._draw(seed, wanted)
             self._item = (key, items[index])
         return self._item[1]
+
+    def _whole_draw(self, key: tuple) -> list:
+        """Every input of one seed, for a perf file without a layout (meta tensors failed): it
+        makes them all at each draw, so a draw is kept for the other shapes asked of the same seed
+        (fitness.measuring gives a task's shapes the same seeds) while the kept ones are small.
+        Made on the host, as the layout was: on the device a suite's 20 GB of inputs stayed in a
+        long-lived child's allocator."""
+        if key in self._whole:
+            self._whole.move_to_end(key)
+            return self._whole[key]
+        with torch.device("cpu"):
+            items, _ = self._draw(key[0], None)
+        self._whole[key] = items
+        total = 0
+        for i, k in enumerate(reversed(list(self._whole))):  # the newest first; past the budget, the older go
+            total += sum(t.untyped_storage().nbytes() for t in tensors_of(self._whole[k]))
+            if i > 0 and (total > WHOLE_DRAW_BYTES or i >= WHOLE_DRAWS_KEPT):
+                del self._whole[k]
+        return items
 
     @property
     def perf_count(self) -> int:

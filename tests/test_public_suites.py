@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from suites.registry import SuiteError, load_suite
-from tests.suite_fixtures import KB_CANDIDATE, SCALE_ADD, SEP, write_kernelbench, write_rocm, write_tritonbench
+from tests.suite_fixtures import (
+    KB_CANDIDATE,
+    SCALE_ADD,
+    SCALE_ADD_TEST,
+    SEP,
+    perf_file,
+    write_kernelbench,
+    write_rocm,
+    write_tritonbench,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 WRONG = SCALE_ADD.replace("2 * x + y", "3 * x + y")
@@ -43,6 +52,30 @@ def test_tritonbench_loads_tasks_from_the_layout(data):
     assert t.cost({"perf": 3}, None) == pytest.approx((3 * 512 * 4, 2 * 512))
     # sizes known without drawing: what decides which inputs are small enough to time
     assert t.script.perf_bytes() == [2 * 2 ** i * 4 for i in range(6, 10)]
+
+
+def test_a_perf_file_without_a_layout_is_drawn_once_per_seed_for_all_its_shapes(tmp_path, monkeypatch):
+    import suites.tritonbench as tb
+
+    host_only = "(torch.from_numpy(torch.rand(2 ** i).numpy()), torch.rand(2 ** i))"  # no meta tensors: no layout
+    perf = perf_file("np_inputs", inputs=host_only)
+    d = write_tritonbench(tmp_path, {"np_inputs": (SCALE_ADD, SCALE_ADD_TEST, perf)})
+    runner = load_suite("tritonbench", str(d))["np_inputs"].script
+    assert runner.layout()[0][1] is None
+    draws = []
+    real = runner._draw
+    runner._draw = lambda seed, wanted: (draws.append(seed), real(seed, wanted))[1]
+    first = [runner.perf_args(i, 7) for i in range(4)]
+    assert draws == [7] and [a[0].shape[0] for a in first] == [64, 128, 256, 512]
+    assert all((x == y).all() for x, y in zip(runner.perf_args(1, 7), first[1]))  # the kept draw, as drawn
+    for seed in (8, 9, 7, 10):  # three draws kept: the timing's three seeds of an epoch
+        runner.perf_args(0, seed)
+    assert draws == [7, 8, 9, 10]
+    runner.perf_args(0, 7)  # the least recently used (8) made room for 10, so 7 was kept
+    monkeypatch.setattr(tb, "WHOLE_DRAW_BYTES", 1)  # a draw over the budget is kept alone
+    runner.perf_args(0, 11), runner.perf_args(0, 9)
+    assert draws == [7, 8, 9, 10, 11, 9]
+    assert not (runner.perf_args(0, 9)[0] == runner.perf_args(0, 10)[0]).all()  # seeds still decide the values
 
 
 def test_bad_files_cost_their_own_task_only(tmp_path):

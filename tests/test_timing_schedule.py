@@ -124,6 +124,22 @@ def test_after_an_epoch_both_sides_get_fresh_draws(ev, builtin, monkeypatch):
     assert ev.base.seeds == [drawn[0], drawn[2]]
 
 
+def test_a_task_s_shapes_share_each_epoch_s_fresh_draws(ev, builtin, monkeypatch):
+    monkeypatch.setattr(measuring, "EPOCH_USES", 2)
+    task = builtin["softmax"]
+    wide = {**CASE, "shape": {"M": 4, "N": 16}}
+    per_candidate = []
+    for _ in range(3):
+        replay = StandIn(task)
+        v = Verdict(task=task.name, stage="correct", correct=True, heldout_correct=True)
+        ev.turn.time(task, {"a": (CASE, {"trace": "stand-in"}), "b": (wide, {"trace": "stand-in"})}, v, replay)
+        assert v.stage == "timed", v.reason
+        per_candidate.append(replay.seeds)
+    for seeds in per_candidate:  # both shapes of one candidate: one epoch's seeds
+        assert seeds[0] == seeds[1] and len(set(seeds[0])) == 3
+    assert per_candidate[0] == per_candidate[1] and set(per_candidate[2][0]).isdisjoint(per_candidate[0][0])
+
+
 def test_a_time_outside_the_engines_clock_is_refused(ev, builtin):
     task = builtin["softmax"]
     v = _time(ev, task, StandIn(task, ms=1e4))
