@@ -214,7 +214,7 @@ class Evaluator:
             if traces is not None and self.gpu:
                 self._clean_stages(task, traces, v, timed, cancel, t0, base_src)
                 if v.stage == "timed" and not aa and self.judge(task).is_baseline(source):
-                    biased_aa(v)
+                    biased_aa(v, source)
             elif traces is not None:
                 self._replay(task, source, traces, v, cancel)
             if v.passed and not self.gpu:

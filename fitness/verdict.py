@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from fitness.timing_hazards import timing_hazards
 from suites.validation import short_reason
 
 # set when a kernel passed correctness but the timing worker could not time it (hang, crash, a
@@ -55,17 +56,21 @@ AA_BIAS_LIMIT = 1.25
 TIMING_BIASED = "timing-biased"
 
 
-def biased_aa(v: Verdict) -> None:
-    """An A/A timing (the baseline's own code as the candidate) far from 1.0x: a timing failure
-    that names why, so the task stops as one whose starting kernel cannot be timed."""
+def biased_aa(v: Verdict, source: str = "") -> None:
+    """An A/A timing (the baseline's own code, `source`, as the candidate) far from 1.0x: a timing
+    failure that names why (what in that code does it, where the source shows it), so the task
+    stops as one whose starting kernel cannot be timed."""
     if v.speedup is None or abs(math.log(v.speedup)) <= math.log(AA_BIAS_LIMIT):
         return
     slow = max(v.times, key=lambda r: abs(math.log(r["baseline_ms"] / r["candidate_ms"])), default=None)
     where = (f" (e.g. {slow['shape']}: the baseline {slow['baseline_ms']:.3f} ms, its replayed kernels "
              f"{slow['candidate_ms']:.3f} ms, {slow['method']})") if slow else ""
+    hazards = timing_hazards(source)
+    why = ("in the baseline's own code, " + "; ".join(hazards)) if hazards else \
+        ("work the suite's call does besides launching its kernels (printing, host syncs, Python) counts on the "
+         "baseline's side and not on the replay's")
     v.reason = (f"timing: the baseline's own code, timed against itself, measured {v.speedup:.2f}x{where}: the "
-                f"two sides are not timed alike here; work the suite's call does besides launching its kernels "
-                f"(printing, host syncs, Python) counts on the baseline's side and not on the replay's")
+                f"two sides are not timed alike here; {why}")
     v.flags += [TIMING_FAILED, TIMING_BIASED]
     v.correct, v.speedup, v.stage = False, None, "correct"  # as a timing that failed; its rows stay
 

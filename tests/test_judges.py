@@ -62,6 +62,9 @@ def test_an_a_a_timed_far_from_parity_fails_as_untimeable_and_says_which_side_di
     assert "measured 23.66x" in v.reason and "the baseline 4.625 ms, its replayed kernels 0.224 ms" in v.reason
     assert untimeable_start(v.flags, v.reason).startswith(
         "its starting kernel cannot be timed here: timing: the baseline's own code, timed against itself")
+    named = _timed(23.66, 4.6253, 0.2242)
+    biased_aa(named, "def cross_entropy_fwd(logits):\n    loss = logits.sum()\n    print(loss)\n    return loss\n")
+    assert named.reason.endswith("in the baseline's own code, it prints inside cross_entropy_fwd (line 3)")
     for noise in (1.03, 0.97, 1.2):  # A/A noise, even far past what a loaded GPU shows, stays a timing
         v = _timed(noise, 1.0, 1.0 / noise)
         biased_aa(v)
