@@ -35,7 +35,7 @@ from suites.task import ShapeSet, Task
 
 PACKAGE = "TritonBench_v1"  # what the perf files import the kernel module as
 # Whole draws of a perf file without a layout kept per child: the timing's three draws of an
-# epoch, while they hold this much in all (a larger one is kept alone)
+# epoch, while they hold this much in all (a larger one is not kept: only the input asked for)
 WHOLE_DRAWS_KEPT = 3
 WHOLE_DRAW_BYTES = 2 << 30
 
@@ -151,12 +151,10 @@ class TritonBenchRunner(ScriptRunner):
         """One benchmark input, real: only the factory calls that make it draw data, so a perf
         file that builds 20 GB of inputs costs the memory of the one asked for."""
         key = (index, seed, torch.get_default_device())  # drawn on the host, or the device's default
-        wanted = self.layout()[index][1]
-        if wanted is None:
-            return self._whole_draw(key[1:])[index]
         if self._item is None or self._item[0] != key:
             self._item = None
-            items, _ = self._draw(seed, wanted)
+            wanted = self.layout()[index][1]
+            items = self._whole_draw(key[1:]) if wanted is None else self._draw(seed, wanted)[0]
             self._item = (key, items[index])
         return self._item[1]
 
@@ -175,7 +173,7 @@ class TritonBenchRunner(ScriptRunner):
         total = 0
         for i, k in enumerate(reversed(list(self._whole))):  # the newest first; past the budget, the older go
             total += sum(t.untyped_storage().nbytes() for t in tensors_of(self._whole[k]))
-            if i > 0 and (total > WHOLE_DRAW_BYTES or i >= WHOLE_DRAWS_KEPT):
+            if total > WHOLE_DRAW_BYTES or i >= WHOLE_DRAWS_KEPT:  # a draw over it alone is not kept
                 del self._whole[k]
         return items
 

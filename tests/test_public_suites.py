@@ -72,9 +72,9 @@ def test_a_perf_file_without_a_layout_is_drawn_once_per_seed_for_all_its_shapes(
         runner.perf_args(0, seed)
     assert draws == [7, 8, 9, 10]
     runner.perf_args(0, 7)  # the least recently used (8) made room for 10, so 7 was kept
-    monkeypatch.setattr(tb, "WHOLE_DRAW_BYTES", 1)  # a draw over the budget is kept alone
-    runner.perf_args(0, 11), runner.perf_args(0, 9)
-    assert draws == [7, 8, 9, 10, 11, 9]
+    monkeypatch.setattr(tb, "WHOLE_DRAW_BYTES", 1)  # a draw over the budget: only the input asked for is kept
+    runner.perf_args(0, 11), runner.perf_args(0, 11), runner.perf_args(1, 11)
+    assert draws == [7, 8, 9, 10, 11, 11] and not runner._whole
     assert not (runner.perf_args(0, 9)[0] == runner.perf_args(0, 10)[0]).all()  # seeds still decide the values
 
 
