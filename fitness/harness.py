@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fitness.trace import FREE_OPS, Recorder
 from suites.task import Task
+from suites.task import nbytes as nbytes  # re-exported: a tensor list's storage bytes
 from suites.task import to_device as to_device  # re-exported: the workers' copy onto the device
 
 # Triton's launcher takes, before the kernel's own arguments: the grid (3), the stream, the
@@ -37,11 +38,6 @@ class CandidateError(Exception):
 # written by compute ops: a row reduction such as logsumexp writes few elements but reads all);
 # checked in its child (an early filter) and on the replay by the engine
 TORCH_WORK_SHARE = 0.01
-
-
-def nbytes(args: Iterable[object]) -> int:
-    """Storage bytes of the tensors among `args`."""
-    return sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))
 
 
 def draw_inputs(task: Task, case: dict, seed: int, device: str = "cpu") -> tuple:

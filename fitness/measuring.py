@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 from fitness.baseline_child import BaselineChild, SeedBank, StepClock
 from fitness.harness import nbytes
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
-from fitness.reference import BytesLRU
 from fitness.timing import n_sets_for, passes_for
 from fitness.trials import NOISY, TimingChild, TimingRejected, alternate, checked, far, noisy, timed_row
 from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
 from fitness.trials import TRIAL_REPS as TRIAL_REPS
 from fitness.verdict import TIMING_FAILED, Verdict, speedup_from_rows
+from suites.lru import BytesLRU
 from suites.script import tensors_of
 from suites.task import Task
 

@@ -14,15 +14,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import torch
 
 from fitness.compare import as_list, compare_outputs, dtype_name, on_device_if_room
 from fitness.harness import draw_inputs
+from suites.lru import BytesLRU
 from suites.task import Task
 
 # on a GPU: a tenth of its memory, at most 8 GiB. The references of the cases in flight (about 40
@@ -61,33 +60,6 @@ def device_bytes(device: str) -> int:
     except (RuntimeError, AssertionError, ValueError):  # not a CUDA device (tests: "meta")
         return DEVICE_BYTES
     return min(DEVICE_BYTES, int(DEVICE_SHARE * total))
-
-
-class BytesLRU:
-    """Values by key, the least recently used dropped once their bytes pass `max_bytes` (the
-    newest is always kept). Not locked: its owner holds a lock around it."""
-
-    def __init__(self, max_bytes: int, size: Callable[[Any], int]):
-        self.max_bytes, self.size = max_bytes, size  # size(value) -> bytes
-        self._items: OrderedDict = OrderedDict()
-        self._bytes = 0
-
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._items
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def get(self, key: Hashable) -> Any:
-        """The value (now the most recently used); KeyError where there is none."""
-        self._items.move_to_end(key)
-        return self._items[key]
-
-    def put(self, key: Hashable, value: Any) -> None:
-        self._items[key] = value
-        self._bytes += self.size(value)
-        while self._bytes > self.max_bytes and len(self._items) > 1:
-            self._bytes -= self.size(self._items.popitem(last=False)[1])
 
 
 class Signatures:

@@ -12,11 +12,10 @@ import ast
 from suites.ast_lock import parse
 
 HOST_WAITS = {"item", "tolist", "cpu", "numpy", "synchronize"}  # calls that wait for the device
-MAX_NAMED = 3
 
 
 def timing_hazards(source: str) -> list[str]:
-    """Short phrases, one per kind of hazard (the first place each is seen), at most MAX_NAMED."""
+    """Short phrases, one per kind of hazard (the first place each is seen)."""
     try:
         tree = parse(source)
     except SyntaxError:
@@ -34,7 +33,7 @@ def timing_hazards(source: str) -> list[str]:
                 found.setdefault("print", f"it prints inside {fn.name} (line {call.lineno})")
             elif name in HOST_WAITS and isinstance(call.func, ast.Attribute):
                 found.setdefault("wait", f"it waits for the GPU inside {fn.name} (line {call.lineno}: .{name}())")
-    return list(found.values())[:MAX_NAMED]
+    return list(found.values())
 
 
 def _called(call: ast.Call) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -128,6 +128,11 @@ def draw_shapes(shapes: ShapeSet, rng: random.Random) -> tuple[Shape, ...]:
             shape[key] = smaller
         drawn.append(shape)
     return tuple(drawn)
+
+
+def nbytes(args: Iterable[object]) -> int:
+    """Storage bytes of the tensors among `args`."""
+    return sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))
 
 
 def to_device(a, device):

@@ -11,13 +11,13 @@ import ast
 import json
 import sys
 import types
-from collections import OrderedDict
 from pathlib import Path
 
 import torch
 
 from suites.ast_lock import parse
 from suites.data import suite_dir
+from suites.lru import BytesLRU
 from suites.registry import SuiteError, SuiteTasks
 from suites.script import (
     GIVEN,
@@ -31,7 +31,7 @@ from suites.script import (
     tensors_of,
     write_temp,
 )
-from suites.task import ShapeSet, Task
+from suites.task import ShapeSet, Task, nbytes
 
 PACKAGE = "TritonBench_v1"  # what the perf files import the kernel module as
 # Whole draws of a perf file without a layout kept per child: the timing's three draws of an
@@ -63,8 +63,8 @@ class TritonBenchRunner(ScriptRunner):
         self._layout: list | None = None
         self._ref_module = None
         self._item: tuple | None = None  # ((index, seed, device), the input) of the last draw
-        # whole draws of a perf file without a layout, by (seed, device), least recently used first
-        self._whole: OrderedDict[tuple, list] = OrderedDict()
+        # whole draws of a perf file without a layout, by (seed, device)
+        self._whole = BytesLRU(WHOLE_DRAW_BYTES, lambda items: nbytes(tensors_of(items)), WHOLE_DRAWS_KEPT)
         self.packed = True
 
     def run_test(self, module, seed: int, entry: str):
@@ -165,16 +165,12 @@ class TritonBenchRunner(ScriptRunner):
         Made on the host, as the layout was: on the device a suite's 20 GB of inputs stayed in a
         long-lived child's allocator."""
         if key in self._whole:
-            self._whole.move_to_end(key)
-            return self._whole[key]
+            return self._whole.get(key)
         with torch.device("cpu"):
             items, _ = self._draw(key[0], None)
-        self._whole[key] = items
-        total = 0
-        for i, k in enumerate(reversed(list(self._whole))):  # the newest first; past the budget, the older go
-            total += sum(t.untyped_storage().nbytes() for t in tensors_of(self._whole[k]))
-            if total > WHOLE_DRAW_BYTES or i >= WHOLE_DRAWS_KEPT:  # a draw over it alone is not kept
-                del self._whole[k]
+        self._whole.put(key, items)
+        if self._whole.size(items) > self._whole.max_bytes:  # over the budget alone: not kept either
+            self._whole.pop(key)
         return items
 
     @property

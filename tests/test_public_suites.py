@@ -54,9 +54,7 @@ def test_tritonbench_loads_tasks_from_the_layout(data):
     assert t.script.perf_bytes() == [2 * 2 ** i * 4 for i in range(6, 10)]
 
 
-def test_a_perf_file_without_a_layout_is_drawn_once_per_seed_for_all_its_shapes(tmp_path, monkeypatch):
-    import suites.tritonbench as tb
-
+def test_a_perf_file_without_a_layout_is_drawn_once_per_seed_for_all_its_shapes(tmp_path):
     host_only = "(torch.from_numpy(torch.rand(2 ** i).numpy()), torch.rand(2 ** i))"  # no meta tensors: no layout
     perf = perf_file("np_inputs", inputs=host_only)
     d = write_tritonbench(tmp_path, {"np_inputs": (SCALE_ADD, SCALE_ADD_TEST, perf)})
@@ -72,7 +70,7 @@ def test_a_perf_file_without_a_layout_is_drawn_once_per_seed_for_all_its_shapes(
         runner.perf_args(0, seed)
     assert draws == [7, 8, 9, 10]
     runner.perf_args(0, 7)  # the least recently used (8) made room for 10, so 7 was kept
-    monkeypatch.setattr(tb, "WHOLE_DRAW_BYTES", 1)  # a draw over the budget: only the input asked for is kept
+    runner._whole.max_bytes = 1  # a draw over the budget: only the input asked for is kept
     runner.perf_args(0, 11), runner.perf_args(0, 11), runner.perf_args(1, 11)
     assert draws == [7, 8, 9, 10, 11, 11] and not runner._whole
     assert not (runner.perf_args(0, 9)[0] == runner.perf_args(0, 10)[0]).all()  # seeds still decide the values

@@ -74,18 +74,6 @@ def test_the_default_bound_holds_a_gpu_generation_but_not_the_whole_machine():
     assert 0 < n <= 32 << 30 and ReferenceCache().max_bytes == n
 
 
-def test_the_bounded_cache_drops_the_least_recently_used_and_always_keeps_the_newest():
-    from fitness.reference import BytesLRU
-    lru = BytesLRU(10, len)
-    lru.put("a", "xxxx")
-    lru.put("b", "xxxx")
-    lru.get("a")  # now the most recently used
-    lru.put("c", "xxxx")  # 12 bytes: the least recently used ("b") goes
-    assert "a" in lru and "c" in lru and "b" not in lru and len(lru) == 2
-    lru.put("d", "x" * 20)  # over the bound alone: kept, everything older dropped
-    assert len(lru) == 1 and "d" in lru
-
-
 def test_the_outputs_signature_is_found_once_per_shape_and_dtype_whatever_the_seed(builtin, monkeypatch):
     metas, real = [], reference.on_meta
     monkeypatch.setattr(reference, "on_meta", lambda task, args: metas.append(1) or real(task, args))
