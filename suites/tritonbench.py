@@ -134,17 +134,19 @@ class TritonBenchRunner(ScriptRunner):
         self.packed = isinstance(items[0], (tuple, list))
         return items, lazy
 
-    def layout(self) -> list:
+    def layout(self, seed: int = 0) -> list:
         """The inputs as meta tensors (no memory, no time) and which factory calls made each;
-        where the perf file cannot build them as meta tensors, real ones (and every call)."""
+        where the perf file cannot build them as meta tensors, the real ones of `seed`'s whole
+        draw, kept as that draw: the first input a child asks for is then its only draw (a
+        quantizing perf file took 30 s a draw on the H100 beside 8 workers)."""
         if self._layout is None:
-            with torch.device("cpu"):  # every input, real where meta fails: on the host, which has room
-                try:
+            device = torch.get_default_device()  # the key item() will look the draw up by
+            try:
+                with torch.device("cpu"):
                     items, lazy = self._draw(0, wanted=set())
-                    self._layout = [(item, lazy.origins(item)) for item in items]
-                except Exception:  # noqa: BLE001 - e.g. an input maker that launches a kernel
-                    items, _ = self._draw(0, wanted=None)
-                    self._layout = [(item, None) for item in items]
+                self._layout = [(item, lazy.origins(item)) for item in items]
+            except Exception:  # noqa: BLE001 - e.g. an input maker that launches a kernel
+                self._layout = [(item, None) for item in self._whole_draw((seed, device))]
         return self._layout
 
     def item(self, index: int, seed: int):
@@ -153,7 +155,7 @@ class TritonBenchRunner(ScriptRunner):
         key = (index, seed, torch.get_default_device())  # drawn on the host, or the device's default
         if self._item is None or self._item[0] != key:
             self._item = None
-            wanted = self.layout()[index][1]
+            wanted = self.layout(seed)[index][1]
             items = self._whole_draw(key[1:]) if wanted is None else self._draw(seed, wanted)[0]
             self._item = (key, items[index])
         return self._item[1]
