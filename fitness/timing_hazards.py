@@ -73,10 +73,10 @@ def _autotuned(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
         kw = {k.arg: k.value for k in d.keywords}
         configs = kw.get("configs", d.args[0] if d.args else None)
         key = kw.get("key", d.args[1] if len(d.args) > 1 else None)
-        literal = isinstance(configs, (ast.List, ast.Tuple))
-        if literal and len(configs.elts) < 2:
+        n = len(configs.elts) if isinstance(configs, (ast.List, ast.Tuple)) else None
+        if n is not None and n < 2:
             continue
         if isinstance(key, (ast.List, ast.Tuple)) and not key.elts:
             return "on nothing"
-        return f"{len(configs.elts)} configs" if literal else "several configs"
+        return f"{n} configs" if n else "several configs"
     return ""

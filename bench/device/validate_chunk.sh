@@ -16,7 +16,7 @@ monitor=$!
 runner=(python run.py)
 [ -n "$TRACE" ] && runner=(python bench/request_trace.py --log $OUT/trace.txt --min-s 0.5 --)
 timeout -s TERM ${VALIDATE_S:-390} "${runner[@]}" validate --suite tritonbench --workers 8 --mem-limit 24 --timeout 100 \
-  ${REDO:---pending} ${TASKS:+--tasks $TASKS} > $OUT/validate.txt 2>&1
+  $([ -z "$REDO" ] && echo --pending) ${TASKS:+--tasks $TASKS} > $OUT/validate.txt 2>&1
 echo "exit $?" >> $OUT/validate.txt
 kill $monitor; sleep 2; cp runs/tritonbench-validation.json $OUT/
 pkill -KILL -f -- "-m fitness\." 2>/dev/null
