@@ -17,16 +17,17 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from fitness.baseline_child import BaselineChild, SeedBank, StepClock
 from fitness.harness import nbytes
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
 from fitness.timing import n_sets_for, passes_for
-from fitness.trials import NOISY, TimingChild, TimingRejected, alternate, checked, far, noisy, timed_row
 from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
 from fitness.trials import TRIAL_REPS as TRIAL_REPS
-from fitness.verdict import TIMING_FAILED, Verdict, speedup_from_rows
+from fitness.trials import TimingChild, TimingRejected, alternate, checked, far, fill_timed, noisy, timed_row
+from fitness.verdict import TIMING_FAILED, Verdict
 from suites.lru import BytesLRU
 from suites.script import tensors_of
 from suites.task import Task
@@ -102,7 +103,7 @@ class MeasuringTurn:
             if isinstance(e, WorkerFailure):
                 v.flags.append("worker-replaced")
             return
-        self._fill(task, v, plans, rows, marks)
+        fill_timed(v, plans, rows, marks, self.peaks, self.ev.judge(task).floor)
 
     def _turn(self, task: Task, timed: list[tuple[dict, dict]], replay: TimingChild, base_src: str | None,
               cancel: CancelCheck | None, marks: list[float]) -> tuple[list[dict], list[dict]]:
@@ -110,8 +111,7 @@ class MeasuringTurn:
         it, checked after it. `marks` gets when the turn was asked for, taken and given back."""
         # outside the measuring turn: the replay child loads the kernels, draws every shape's
         # inputs, warms up and captures, while another candidate is being measured
-        plans = [self._prepare(task, slot, case, trace, replay, base_src)
-                 for slot, (case, trace) in enumerate(timed)]
+        plans = self._prepare(task, timed, replay, base_src)
         marks.append(time.monotonic())
         self._take_turn(cancel)
         try:
@@ -125,33 +125,6 @@ class MeasuringTurn:
         for plan in plans:  # after the turn: only the engine's reference is needed
             self._check_replay(task, plan, replay)
         return plans, rows
-
-    def _fill(self, task: Task, v: Verdict, plans: list[dict], rows: list[dict], marks: list[float]) -> None:
-        """The verdict of a timing that checked out: its rows, speedup, flags and how it was timed."""
-        t0, t1, t2, t3 = marks
-        v.phases.update(timing_prepare_s=round(t1 - t0, 3), timing_wait_s=round(t2 - t1, 3),
-                        timing_exclusive_s=round(t3 - t2, 3))
-        for name in ("turn", "prepare"):
-            summed: dict[str, float] = {}
-            for plan in plans:
-                for k, x in plan.get(f"{name}_s", {}).items():
-                    summed[k] = summed.get(k, 0.0) + x
-            v.phases[name] = {k: round(x, 3) for k, x in summed.items()}
-        v.times = rows
-        v.speedup, flags = speedup_from_rows(v.times, self.peaks, floor=self.ev.judge(task).floor)
-        v.flags += flags
-        methods = sorted({r["method"] for r in v.times})
-        lo, hi = min(r["trials"] for r in v.times), max(r["trials"] for r in v.times)
-        kept = sum(r["baseline_kept"] for r in v.times)
-        v.timing = (f"median of {lo if lo == hi else f'{lo}-{hi}'} trials per shape "
-                    f"(fewer once both sides are steady), the replayed kernels and the baseline "
-                    f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}"
-                    + (f"; the baseline's median over its last trials of this epoch's draws on {kept} of "
-                       f"{len(v.times)} shapes (it ran beside this candidate too)" if kept else "")
-                    + f"; {t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
-        if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY for r in v.times):
-            v.flags.append("noisy-timing")
-        v.stage = "timed"
 
     def _take_turn(self, cancel: CancelCheck | None = None) -> None:
         while not self.lock.acquire(timeout=0.2 if cancel else -1):
@@ -179,38 +152,53 @@ class MeasuringTurn:
         ep = self._epochs.get(plan["key"])
         return ep if ep is not None and ep["id"] == plan["epoch"]["id"] else None
 
-    def _prepare(self, task: Task, slot: int, case: dict, trace: dict, replay: TimingChild,
-                 base_src: str | None) -> dict:
-        """One shape made ready outside the measuring turn: the baseline's side of its epoch
-        (kept, or prepared now in its own child), then the replay's: inputs drawn, kernels warmed,
-        the input sets made and the graph captured. The plan the turn follows."""
-        key = _shape_key(task, case, base_src)
-        ep = self._epoch(key)
-        opening = {"op": "time_prepare", "task": self.ev.task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
-                   "seeds": ep["seeds"]}
-        plan = {"slot": slot, "case": case, "epoch": ep, "opening": opening, "key": key, "base_src": base_src,
-                "base_slot": f"epoch{ep['id']}", "n": ep["n"]}
-        clock = StepClock(plan.setdefault("prepare_s", {}))
-        plan["n"] = self._ready_baseline(task, plan)
-        clock.tick("baseline")
-        plan["cal"] = checked(replay.request({**opening, "slot": slot, "trace": trace},
+    def _prepare(self, task: Task, timed: list[tuple[dict, dict]], replay: TimingChild,
+                 base_src: str | None) -> list[dict]:
+        """Every shape made ready outside the measuring turn, the plans the turn follows. The
+        baseline's sides (kept, or prepared now in its own child) are readied in a thread beside
+        the replay child's preparing (inputs drawn, kernels warmed); each shape's sets and graph
+        follow once both sides of it are done. H100, matmul_dequant_int4 (30 s a draw): the
+        baseline child drew for 97 s, then the replay child for 97 s more, one after the other."""
+        plans = []
+        for slot, (case, _) in enumerate(timed):
+            key = _shape_key(task, case, base_src)
+            ep = self._epoch(key)
+            opening = {"op": "time_prepare", "task": self.ev.task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
+                       "seeds": ep["seeds"]}
+            plans.append({"slot": slot, "case": case, "epoch": ep, "opening": opening, "key": key,
+                          "base_src": base_src, "base_slot": f"epoch{ep['id']}", "n": ep["n"], "prepare_s": {}})
+        baseline_side = ThreadPoolExecutor(1)
+        try:
+            bases = [baseline_side.submit(self._ready_baseline, task, plan) for plan in plans]
+            for plan, base, (_, trace) in zip(plans, bases, timed):
+                self._prepare_replay(plan, trace, replay, base)
+        finally:  # a failed replay stops the baseline's sides not begun yet
+            baseline_side.shutdown(wait=True, cancel_futures=True)
+        return plans
+
+    def _prepare_replay(self, plan: dict, trace: dict, replay: TimingChild, base: Future[int]) -> None:
+        clock = StepClock(plan["prepare_s"])
+        plan["cal"] = checked(replay.request({**plan["opening"], "slot": plan["slot"], "trace": trace},
                                              self.ev.config.timing_timeout_s), "c")
         clock.tick("replay")
         for k, ms in (plan["cal"].get("phase_ms") or {}).items():  # where the replay child's part went
             plan["prepare_s"][f"replay.{k}"] = ms / 1e3
-        sets = {"op": "time_sets", "slot": slot, "n_sets": plan["n"], "graph": True}
+        plan["n"] = base.result()  # the baseline's number of input sets, which the replay's must match
+        clock.tick("baseline_wait")
+        sets = {"op": "time_sets", "slot": plan["slot"], "n_sets": plan["n"], "graph": True}
         plan["method"] = checked(replay.request(sets, self.ev.config.timing_timeout_s), "c")["method"]
         clock.tick("sets")
-        return plan
 
     def _ready_baseline(self, task: Task, plan: dict) -> int:
         """The baseline's side of the plan's shape and epoch (and, where the baseline is the oracle,
         its checked outputs) made ready before the turn; the number of input sets of the epoch."""
+        clock = StepClock(plan["prepare_s"])
         with self._baseline(task.name) as child:
             b = self._baseline_open(task, plan, child, inside=False)
             if self.ev.judge(task).oracle_is_baseline:
                 plan["picks"] = self._picks(plan, b["n_sets"])
                 self._oracle(plan, child)
+        clock.tick("baseline")
         return int(b["n_sets"])
 
     @staticmethod

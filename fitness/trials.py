@@ -14,6 +14,8 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Protocol
 
+from fitness.verdict import Verdict, speedup_from_rows
+
 if TYPE_CHECKING:
     from fitness.evaluator import EvalConfig
 
@@ -121,3 +123,33 @@ def timed_row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> d
             "baseline_kept": bool(plan.get("baseline_reused")), "bytes": bytes_, "flops": flops,
             "describe": str(cal["b"].get("describe", "")),
             "phase_ms": {"warm_up": cal["c"].get("warm_ms", 0.0), "baseline_warm_up": cal["b"].get("warm_ms", 0.0)}}
+
+
+def fill_timed(v: Verdict, plans: list[dict], rows: list[dict], marks: list[float], peaks: dict | None,
+               floor: bool) -> None:
+    """The verdict of a timing that checked out (fitness.measuring): its rows, speedup, flags,
+    phases (`marks`: asked for the turn, took it, gave it back) and how it was timed."""
+    t0, t1, t2, t3 = marks
+    v.phases.update(timing_prepare_s=round(t1 - t0, 3), timing_wait_s=round(t2 - t1, 3),
+                    timing_exclusive_s=round(t3 - t2, 3))
+    for name in ("turn", "prepare"):
+        summed: dict[str, float] = {}
+        for plan in plans:
+            for k, x in plan.get(f"{name}_s", {}).items():
+                summed[k] = summed.get(k, 0.0) + x
+        v.phases[name] = {k: round(x, 3) for k, x in summed.items()}
+    v.times = rows
+    v.speedup, flags = speedup_from_rows(v.times, peaks, floor=floor)
+    v.flags += flags
+    methods = sorted({r["method"] for r in v.times})
+    lo, hi = min(r["trials"] for r in v.times), max(r["trials"] for r in v.times)
+    kept = sum(r["baseline_kept"] for r in v.times)
+    v.timing = (f"median of {lo if lo == hi else f'{lo}-{hi}'} trials per shape "
+                f"(fewer once both sides are steady), the replayed kernels and the baseline "
+                f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}"
+                + (f"; the baseline's median over its last trials of this epoch's draws on {kept} of "
+                   f"{len(v.times)} shapes (it ran beside this candidate too)" if kept else "")
+                + f"; {t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
+    if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY for r in v.times):
+        v.flags.append("noisy-timing")
+    v.stage = "timed"

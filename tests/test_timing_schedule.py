@@ -323,6 +323,34 @@ def test_the_baseline_side_of_a_new_shape_is_prepared_before_the_turn_and_the_fi
     assert ops.index("time_sets") < ops.index("time_open") < ops.index("trial")
 
 
+def test_the_baseline_s_new_side_is_prepared_beside_the_replay_child_s_own_preparing(ev, builtin):
+    """Both children draw and warm up at once (a TritonBench perf file took 97 s a side, one after
+    the other); the replay's sets follow with the baseline's number of them."""
+    import threading
+
+    task = builtin["softmax"]
+    replay = StandIn(task)
+    replay_began, overlapped, n_sets = threading.Event(), [], []
+    send_base, send_replay = ev.base.request, replay.request
+
+    def base_request(msg, timeout):
+        if msg["op"] == "time_prepare":  # one after the other, this would wait in vain
+            overlapped.append(replay_began.wait(5))
+        return send_base(msg, timeout)
+
+    def replay_request(msg, timeout):
+        if msg["op"] == "time_prepare":
+            replay_began.set()
+        if msg["op"] == "time_sets":
+            n_sets.append(msg["n_sets"])
+        return send_replay(msg, timeout)
+    ev.base.request, replay.request = base_request, replay_request
+    v = _time(ev, task, replay)
+    assert v.stage == "timed" and overlapped == [True], v.reason
+    assert n_sets == [side["n"] for side in ev.base.sides.values()] and n_sets[0] > 0
+    assert {"baseline", "replay", "baseline_wait", "sets"} <= set(v.phases["prepare"])
+
+
 def test_while_one_baseline_child_prepares_a_new_task_the_turn_serves_a_task_of_the_other(builtin):
     """Two tasks on two baseline children: a slow first preparation of one (a TritonBench
     kernel compiling) does not hold the GPU's turn from the other's candidates."""
