@@ -1,10 +1,11 @@
-"""One round of timed trials inside the measuring turn, and how its evidence is judged.
+"""One round of timed trials inside the measuring turn, how its evidence is judged, and the
+verdict the rows of a timing that checked out make (`fill_timed`).
 
 The candidate's replay child and the baseline child take turns, request by request, each request
 a few timed regions; every time a child reports must fit inside the engine's own clock for that
 request, and a side stops once its spread says more trials would not move its median. Apart from
 fitness.measuring, which decides what is timed when (the turn, the epochs of draws, the kept
-baseline trials): this module only runs and judges one round.
+baseline trials): this module only runs and judges one round, and writes up the rows.
 """
 from __future__ import annotations
 
