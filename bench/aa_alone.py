@@ -79,7 +79,7 @@ def summary(label: str, verdicts: list, wall: float) -> dict:
     if not noise:
         print(f"[{label}] nothing timed", flush=True)
         return {}
-    median, p90 = aa_noise([1 + x for x in noise])
+    median, p90 = aa_noise([1 + x for x in noise]) or (0.0, 0.0)
     print(f"[{label}] A/A noise (alone, {wall:.0f} s): median |A/A - 1| = {100 * median:.2f}%, p90 {100 * p90:.2f}% "
           f"(max {100 * max(noise):.2f}%) over {len(noise)} tasks", flush=True)
     for v in verdicts:
