@@ -13,9 +13,11 @@ engine's reference.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -32,6 +34,21 @@ REGION_MS = 1.0  # a region's length when one pass over the sets evicts L2 and c
 # shapes: ~30 s of the GPU's turn per candidate, 55% of a 14-task search's.
 REGION_CAP_MS = 10.0
 CHECK_SEED = 1234  # the RNG seed both sides' checked calls start from
+# Where a small call's sets and outputs lie in GPU memory may move its time: H100 TritonBench A/A
+# alone, triton_argmax's 3 us shapes ran 2.81 us in the baseline child and 3.05 us in every replay
+# child (placed alike each time), another shape of the same pair the other way round. Each set of
+# a side whose inputs are under SPREAD_BELOW_BYTES gets pads of random size before it (inputs,
+# and outputs in the capture), so a region averages over its sets' placements instead of
+# repeating one per process. Two pads: PyTorch's allocator takes blocks under 1 MiB from its small
+# pool and those of 1-10 MiB from 20 MiB segments of its large pool, each pool in order.
+SPREAD_BELOW_BYTES = 10 << 20
+PAD_MAX_BYTES = 256 << 10
+_LARGE_BLOCK = 1 << 20
+# The GPU held busy (a spin of this many clock cycles, ~0.1 ms) before a region's start event, so
+# the region is queued whole before it begins: a start event the GPU reaches while this process
+# is still launching the region counts the launching too, and how long that takes is the process's
+# own (Python, its CPU), not the kernel's.
+LEAD_CYCLES = 200_000
 
 
 def _fill(sets, contents):
@@ -91,9 +108,12 @@ class TimedSide:
         self.method = ""
         self.run: Callable[[], object] = _unprepared  # the timed region, once prepare() made it
         self.cal: dict = {}  # what calibrate() found, kept with a side the baseline reuses
+        self._pads: list[torch.Tensor] = []  # held between the sets so that they stay apart
+        self._rng = random.Random()  # every process places its sets its own way
+        self.region_ms: float | None = None  # the last timed region's length
 
     def nbytes(self) -> int:
-        return sum(nbytes(d) for d in self.draws) + sum(nbytes(s) for s in self.sets)
+        return sum(nbytes(d) for d in self.draws) + sum(nbytes(s) for s in self.sets) + nbytes(self._pads)
 
     def calibrate(self) -> dict:
         """Warm-up (compile, autotune, lazy loads) and the time of one call."""
@@ -119,7 +139,8 @@ class TimedSide:
         """The timed region over `n_sets` input sets: a CUDA graph (captured once per number of
         sets, kept when the side is asked for eager and back) or an eager loop."""
         if len(self.sets) != n_sets:
-            self.sets, self.graph, self.graph_outs = [self._copy(0) for _ in range(n_sets)], None, []
+            self.sets, self.graph, self.graph_outs, self._pads = [], None, [], []
+            self.sets = [self._spread(self._copy, 0) for _ in range(n_sets)]
         if graph and self.graph is None and not self.uncapturable:
             self._capture()
         if graph and self.graph is not None:
@@ -134,6 +155,15 @@ class TimedSide:
         self.run, self.method = run, "eager"
         return self.method
 
+    def _spread(self, make: Callable[..., Any], *args: object) -> Any:
+        """make(*args) placed after a pad of random size, for a side with small inputs."""
+        if nbytes(self.draws[0]) < SPREAD_BELOW_BYTES:
+            sizes = [0, _LARGE_BLOCK] if nbytes(self.draws[0]) >= _LARGE_BLOCK else [0]
+            for base in sizes:
+                size = base + 512 * self._rng.randrange(PAD_MAX_BYTES // 512)
+                self._pads.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+        return make(*args)
+
     def _capture(self):
         rng = torch.cuda.default_generators[torch.cuda.current_device()]
         saved = rng.clone_state()
@@ -143,7 +173,7 @@ class TimedSide:
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
-                outs = [_as_list(self.fn(*s)) for s in self.sets]
+                outs = [_as_list(self._spread(self.fn, *s)) for s in self.sets]
             self.graph, self.graph_outs = g, outs
         except Exception:  # noqa: BLE001 - not capturable: the engine times both sides eagerly
             # a capture that fails before its end leaves the CUDA generator marked as capturing, and
@@ -152,20 +182,25 @@ class TimedSide:
             rng.graphsafe_set_state(saved)
             torch.cuda.synchronize()
             self.uncapturable = True
-            self.sets = [self._copy(0) for _ in range(len(self.sets))]  # a failed capture may leave them half-written
+            # a failed capture may leave them half-written
+            self._pads = []
+            self.sets = [self._spread(self._copy, 0) for _ in range(len(self.sets))]
 
     def trial(self, k: int, passes: int = 1) -> float:
         """ms per input set of one timed region (`passes` passes over the sets), on the k-th
         alternation of the two draws."""
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         _fill(self.sets, self.draws[k % 2])
         self.flush_buf.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if LEAD_CYCLES:
+            torch.cuda._sleep(LEAD_CYCLES)
         s.record()
         for _ in range(passes):
             self.run()
         e.record()
         torch.cuda.synchronize()
-        return s.elapsed_time(e) / (len(self.sets) * passes)
+        self.region_ms = s.elapsed_time(e)
+        return self.region_ms / (len(self.sets) * passes)
 
     def check(self, picks: list[int]) -> list[list]:
         """Outputs of the picked sets after a replay of the region on the third draw. Both sides
