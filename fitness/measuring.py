@@ -26,7 +26,7 @@ from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, Wo
 from fitness.timing import n_sets_for, passes_for
 from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
 from fitness.trials import TRIAL_REPS as TRIAL_REPS
-from fitness.trials import TimingChild, TimingRejected, alternate, checked, far, fill_timed, noisy, timed_row
+from fitness.trials import TimingChild, TimingRejected, alternate, checked, far, fill_timed, noisy, timed_row, warm_up
 from fitness.verdict import TIMING_FAILED, Verdict
 from suites.lru import BytesLRU
 from suites.script import tensors_of
@@ -117,7 +117,7 @@ class MeasuringTurn:
         try:
             marks.append(time.monotonic())
             with self._baseline(task.name) as baseline:  # held for all shapes: no preparing between them
-                rows = [self._measure(task, plan, replay, baseline) for plan in plans]
+                rows = [self._measure(task, plan, replay, baseline, first=i == 0) for i, plan in enumerate(plans)]
             marks.append(time.monotonic())
             self.busy_s += marks[3] - marks[2]
         finally:
@@ -233,9 +233,10 @@ class MeasuringTurn:
         checked(base.request({"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}, timeout), "b")
         return checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
 
-    def _measure(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild) -> dict:
+    def _measure(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild, first: bool) -> dict:
         """One shape, inside the measuring turn: both sides' input sets ready, then trials
-        alternating between them, each bounded by the engine's clock."""
+        alternating between them, each bounded by the engine's clock (the turn's `first` shape
+        after an untimed request of each side)."""
         clock = StepClock(plan.setdefault("turn_s", {}))
         sides: dict[str, TimingChild] = {"c": replay, "b": baseline}
         b = self._baseline_open(task, plan, sides["b"])
@@ -246,6 +247,8 @@ class MeasuringTurn:
         clock.tick("sets")
         bc = b["cal"]
         passes = passes_for(n, bc["in_bytes"], bc["t_one_ms"], bc["l2_bytes"])
+        if first:
+            warm_up(sides, passes, self.ev.config.timing_timeout_s)
         times = self._timed_trials(plan, sides, (methods["c"], n, passes))
         clock.tick("trials")
         plan["picks"] = self._picks(plan, n)

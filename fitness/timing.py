@@ -13,11 +13,9 @@ engine's reference.
 from __future__ import annotations
 
 import math
-import random
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -34,20 +32,11 @@ REGION_MS = 1.0  # a region's length when one pass over the sets evicts L2 and c
 # shapes: ~30 s of the GPU's turn per candidate, 55% of a 14-task search's.
 REGION_CAP_MS = 10.0
 CHECK_SEED = 1234  # the RNG seed both sides' checked calls start from
-# Where a small call's sets and outputs lie in GPU memory may move its time: H100 TritonBench A/A
-# alone, triton_argmax's 3 us shapes ran 2.81 us in the baseline child and 3.05 us in every replay
-# child (placed alike each time), another shape of the same pair the other way round. Each set of
-# a side whose inputs are under SPREAD_BELOW_BYTES gets pads of random size before it (inputs,
-# and outputs in the capture), so a region averages over its sets' placements instead of
-# repeating one per process. Two pads: PyTorch's allocator takes blocks under 1 MiB from its small
-# pool and those of 1-10 MiB from 20 MiB segments of its large pool, each pool in order.
-SPREAD_BELOW_BYTES = 10 << 20
-PAD_MAX_BYTES = 256 << 10
-_LARGE_BLOCK = 1 << 20
 # The GPU held busy (a spin of this many clock cycles, ~0.1 ms) before a region's start event, so
 # the region is queued whole before it begins: a start event the GPU reaches while this process
-# is still launching the region counts the launching too, and how long that takes is the process's
-# own (Python, its CPU), not the kernel's.
+# is still launching the region counts the launching too, which is the process's own time (its
+# Python, its CPU), not the kernel's. H100, bench/placement_probe.py, one process, 5 layouts of
+# TritonBench triton_argmax's 8 KiB shape: medians 3.03-3.76 us without it, 3.71-3.78 us with it.
 LEAD_CYCLES = 200_000
 
 
@@ -108,12 +97,10 @@ class TimedSide:
         self.method = ""
         self.run: Callable[[], object] = _unprepared  # the timed region, once prepare() made it
         self.cal: dict = {}  # what calibrate() found, kept with a side the baseline reuses
-        self._pads: list[torch.Tensor] = []  # held between the sets so that they stay apart
-        self._rng = random.Random()  # every process places its sets its own way
         self.region_ms: float | None = None  # the last timed region's length
 
     def nbytes(self) -> int:
-        return sum(nbytes(d) for d in self.draws) + sum(nbytes(s) for s in self.sets) + nbytes(self._pads)
+        return sum(nbytes(d) for d in self.draws) + sum(nbytes(s) for s in self.sets)
 
     def calibrate(self) -> dict:
         """Warm-up (compile, autotune, lazy loads) and the time of one call."""
@@ -139,8 +126,7 @@ class TimedSide:
         """The timed region over `n_sets` input sets: a CUDA graph (captured once per number of
         sets, kept when the side is asked for eager and back) or an eager loop."""
         if len(self.sets) != n_sets:
-            self.sets, self.graph, self.graph_outs, self._pads = [], None, [], []
-            self.sets = [self._spread(self._copy, 0) for _ in range(n_sets)]
+            self.sets, self.graph, self.graph_outs = [self._copy(0) for _ in range(n_sets)], None, []
         if graph and self.graph is None and not self.uncapturable:
             self._capture()
         if graph and self.graph is not None:
@@ -155,15 +141,6 @@ class TimedSide:
         self.run, self.method = run, "eager"
         return self.method
 
-    def _spread(self, make: Callable[..., Any], *args: object) -> Any:
-        """make(*args) placed after a pad of random size, for a side with small inputs."""
-        if nbytes(self.draws[0]) < SPREAD_BELOW_BYTES:
-            sizes = [0, _LARGE_BLOCK] if nbytes(self.draws[0]) >= _LARGE_BLOCK else [0]
-            for base in sizes:
-                size = base + 512 * self._rng.randrange(PAD_MAX_BYTES // 512)
-                self._pads.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
-        return make(*args)
-
     def _capture(self):
         rng = torch.cuda.default_generators[torch.cuda.current_device()]
         saved = rng.clone_state()
@@ -173,7 +150,7 @@ class TimedSide:
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
-                outs = [_as_list(self._spread(self.fn, *s)) for s in self.sets]
+                outs = [_as_list(self.fn(*s)) for s in self.sets]
             self.graph, self.graph_outs = g, outs
         except Exception:  # noqa: BLE001 - not capturable: the engine times both sides eagerly
             # a capture that fails before its end leaves the CUDA generator marked as capturing, and
@@ -182,9 +159,7 @@ class TimedSide:
             rng.graphsafe_set_state(saved)
             torch.cuda.synchronize()
             self.uncapturable = True
-            # a failed capture may leave them half-written
-            self._pads = []
-            self.sets = [self._spread(self._copy, 0) for _ in range(len(self.sets))]
+            self.sets = [self._copy(0) for _ in range(len(self.sets))]  # a failed capture may leave them half-written
 
     def trial(self, k: int, passes: int = 1) -> float:
         """ms per input set of one timed region (`passes` passes over the sets), on the k-th

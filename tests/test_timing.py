@@ -62,3 +62,24 @@ def test_an_output_that_is_an_autograd_view_of_an_input_can_be_refilled_and_chec
     side.trial(0)
     (out,) = side.check([0])
     assert torch.equal(out[0], draws[2][0].detach().cpu().view(-1))
+
+
+class _CountingSide:
+    """A stand-in for a prepared TimedSide: which draws' regions ran, and how long the last took."""
+
+    def __init__(self, region_ms):
+        self.region_ms, self.ran = region_ms, []
+
+    def trial(self, k: int, passes: int = 1) -> float:
+        self.ran.append(k)
+        return 0.001
+
+
+@pytest.mark.parametrize("region_ms, ran", [(None, [5, 4, 5, 6]), (0.2, [5, 4, 5, 6]), (5.0, [4, 5, 6])],
+                         ids=["unknown", "short", "long"])
+def test_a_request_of_short_regions_runs_one_untimed_on_the_other_draw_first(region_ms, ran):
+    from fitness.child_timing import PreparedSides
+    sides = PreparedSides()
+    sides.side = _CountingSide(region_ms)
+    reply = sides.trial({"k": 4, "passes": 1, "reps": 3})
+    assert sides.side.ran == ran and len(reply["ms"]) == 3  # the untimed region's time is not reported

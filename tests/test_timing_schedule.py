@@ -25,6 +25,7 @@ class StandIn:
     def __init__(self, task, ms=0.001, capture=True, stale=False, in_bytes=128):
         self.task, self.ms, self.capture, self.stale, self.in_bytes = task, ms, capture, stale, in_bytes
         self.trials: list[dict] = []
+        self.warm: list[int] = []  # untimed requests, by how many timed regions came before each
         self.calls: list[tuple] = []
         self.sides: dict[str, dict] = {}
         self.current: dict | None = None
@@ -50,6 +51,9 @@ class StandIn:
             return {"cal": self.current["cal"], "method": self.current["method"], "n_sets": self.current["n"]}
         if op == "trial":  # one entry per timed region: a request asks for `reps` of them
             time.sleep(0.002)
+            if msg.get("warm"):  # untimed, as the turn begins
+                self.warm.append(len(self.trials))
+                return {"ms": [self.ms if not isinstance(self.ms, list) else self.ms[0]] * msg["reps"]}
             out = []
             for _ in range(msg.get("reps", 1)):
                 self.trials.append(msg)
@@ -185,6 +189,25 @@ def test_trials_come_a_few_regions_per_request_with_the_sides_alternating_reques
     assert len(order) < 2 * len(replay.trials) and all(1 <= reps <= TRIAL_REPS for _, reps in order)
     assert all(a[0] != b[0] for a, b in zip(order[::2], order[1::2]))  # each round: one request per side
     assert sum(r for side, r in order if side == "c") == sum(r for side, r in order if side == "b")
+
+
+def test_the_turn_begins_with_one_untimed_request_per_side_and_later_shapes_do_not_wait_for_one(ev, builtin):
+    task = builtin["softmax"]
+    wide = {**CASE, "shape": {"M": 4, "N": 16}}
+    for _ in range(2):  # a new epoch's turn, then one on the baseline's kept side
+        replay, order = StandIn(task), []
+        for side, child in (("c", replay), ("b", ev.base)):
+            def logged(msg, timeout, side=side, send=child.request):
+                if msg["op"] == "trial":
+                    order.append((side, bool(msg.get("warm"))))
+                return send(msg, timeout)
+            child.request = logged
+        v = Verdict(task=task.name, stage="correct", correct=True, heldout_correct=True)
+        ev.turn.time(task, {"a": (CASE, {"trace": "stand-in"}), "b": (wide, {"trace": "stand-in"})}, v, replay)
+        assert v.stage == "timed", v.reason
+        assert order[:2] == [("c", True), ("b", True)] and not any(warm for _, warm in order[2:])
+        assert replay.warm == [0] and len(replay.trials) == sum(r["trials"] for r in v.times)
+        del ev.base.request  # the stand-in's own again
 
 
 def test_a_region_is_repeated_only_when_one_pass_over_its_sets_evicts_the_l2(ev, builtin):
