@@ -197,7 +197,7 @@ def test_the_turn_begins_with_one_untimed_request_per_side_and_later_shapes_do_n
     for _ in range(2):  # a new epoch's turn, then one on the baseline's kept side
         replay, order = StandIn(task), []
         for side, child in (("c", replay), ("b", ev.base)):
-            def logged(msg, timeout, side=side, send=child.request):
+            def logged(msg, timeout, side=side, send=child.request, order=order):
                 if msg["op"] == "trial":
                     order.append((side, bool(msg.get("warm"))))
                 return send(msg, timeout)
