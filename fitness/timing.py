@@ -36,7 +36,8 @@ CHECK_SEED = 1234  # the RNG seed both sides' checked calls start from
 # the region is queued whole before it begins: a start event the GPU reaches while this process
 # is still launching the region counts the launching too, which is the process's own time (its
 # Python, its CPU), not the kernel's. H100, bench/placement_probe.py, one process, 5 layouts of
-# TritonBench triton_argmax's 8 KiB shape: medians 3.03-3.76 us without it, 3.71-3.78 us with it.
+# TritonBench triton_argmax's 8 KiB shape: medians in two modes, 3.03-3.76 us, without it, and
+# 3.71-3.78 us with it (the A/A alone runs of the README were taken with it).
 LEAD_CYCLES = 200_000
 
 
