@@ -21,6 +21,7 @@ from typing import Any, Callable
 from archives.archive import Archive
 from archives.metrics import best_kernel, rank
 from archives.records import Candidate
+from fitness.launch_configs import KernelConfig
 from fitness.verdict import geomean, untimeable_start
 
 HEADER = "# triton-evolve export:"
@@ -35,16 +36,19 @@ def choose(candidates: list[Candidate]) -> tuple[Candidate | None, list[Candidat
     return best, passed_over
 
 
-def _header(suite: str, best: Candidate, entry: dict[str, Any], check_cmd: str) -> str:
+def _header(suite: str, best: Candidate, entry: dict[str, Any], check_cmd: str, configs: list[KernelConfig]) -> str:
     if entry.get("speedup"):
         measured = f"speedup {entry['speedup']:.3f}x vs {entry['baseline']} on {best.device}"
         if entry.get("search_speedup"):
             measured += f" (timed again alone at export; {entry['search_speedup']:.3f}x during the search)"
     else:
         measured = f"not timed ({best.device or 'no GPU'}): correct on the tuning and held-out shapes"
+    # an autotuner in another process may pick another config: the one timed, to pin it
+    timed = "".join(f"# timed build: {c.build()}{' on ' + ', '.join(c.shapes) if c.shapes else ''}\n"
+                    for c in configs)
     return (f"{HEADER} suite {suite}, task {best.task}: candidate {best.id} "
             f"(island {best.island}, generation {best.generation}, {best.operator})\n"
-            f"# measured: {measured}\n"
+            f"# measured: {measured}\n{timed}"
             f"# reproduce: {check_cmd}\n")
 
 
@@ -90,14 +94,16 @@ def _export_task(archive: Archive, run_id: int, name: str, out: Path, where: Whe
     if where.suite_path:
         cmd += ["--suite-path", str(where.suite_path)]
     cmd += ["--task", name, str(path)]
-    baseline = archive.candidate(best.id).evaluation.verdict().get("baseline", "baseline")  # type: ignore[union-attr]
+    verdict = archive.candidate(best.id).evaluation.verdict()  # type: ignore[union-attr]
+    baseline = verdict.get("baseline", "baseline")
+    configs = [KernelConfig.from_record(c) for c in verdict.get("configs", [])]
     entry.update(status="exported", file=str(path), candidate=best.id, speedup=best.speedup, baseline=baseline,
                  device=best.device, island=best.island, generation=best.generation, operator=best.operator)
     if where.retime and best.speedup:
         _retime(entry, where.retime, best, start)
     if entry["speedup"] and entry.get("start_speedup"):
         entry["vs_start"] = entry["speedup"] / entry["start_speedup"]
-    path.write_text(_header(where.suite, best, entry, shlex.join(cmd)) + best.source)
+    path.write_text(_header(where.suite, best, entry, shlex.join(cmd), configs) + best.source)
     if passed_over:
         entry["note"] = f"{len(passed_over)} faster candidate(s) failed held-out shapes and were not exported"
     return entry

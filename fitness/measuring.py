@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from fitness.baseline_child import BaselineChild, SeedBank, StepClock
 from fitness.harness import nbytes
+from fitness.launch_configs import describe, timed_configs
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
 from fitness.timing import n_sets_for, passes_for
 from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
@@ -104,6 +105,9 @@ class MeasuringTurn:
                 v.flags.append("worker-replaced")
             return
         fill_timed(v, plans, rows, marks, self.peaks, self.ev.judge(task).floor)
+        v.configs = timed_configs((str(case["shape"]), trace) for case, trace in timed)
+        if v.configs:
+            v.timing += "; " + describe(v.configs, len(timed))
 
     def _turn(self, task: Task, timed: list[tuple[dict, dict]], replay: TimingChild, base_src: str | None,
               cancel: CancelCheck | None, marks: list[float]) -> tuple[list[dict], list[dict]]:

@@ -183,6 +183,7 @@ def describe_compiled(kernel: Any) -> dict:
     binary = kernel.kernel if isinstance(kernel.kernel, bytes) else str(kernel.kernel).encode()
     return {"name": kernel.name, "metadata": meta, "binary": torch.frombuffer(bytearray(binary), dtype=torch.uint8),
             "signature": signature, "constants": constants, "arg_names": arg_names,
+            "constexpr_args": [arg_names[i] for i in getattr(fn, "constexprs", ()) if i < len(arg_names)],
             "module": getattr(fn, "__module__", "") or getattr(fn, "module", "")}
 
 

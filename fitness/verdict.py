@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from fitness.launch_configs import KernelConfig
 from fitness.timing_hazards import timing_hazards
 from suites.validation import short_reason
 
@@ -33,6 +34,7 @@ class Verdict:
     unit: str = ""  # under --cluster: the evaluation unit (host:gpu:pid) that ran it
     sandbox: str = ""
     timing: str = ""  # how (or why not) it was timed
+    configs: list[KernelConfig] = field(default_factory=list)  # the kernel builds timed, autotuners' picks included
     baseline: str = ""
     elapsed_s: float = 0.0
     phases: dict = field(default_factory=dict)  # seconds spent per phase, for throughput tuning

@@ -1,11 +1,13 @@
 """evolve/export.py: the winner per task, and its second timing at export."""
 import threading
+from concurrent.futures import Future
 
 from archives.archive import Archive
 from evolve.export import export
 from evolve.task_search import SearchConfig, Shared, TaskSearch
+from fitness.launch_configs import KernelConfig
 from operators.registry import knob_operators
-from tests.test_task_search import Untimeable, search
+from tests.test_task_search import FakeEvaluator, Untimeable, search
 
 
 def _searched(tmp_path, builtin):
@@ -60,3 +62,26 @@ def test_the_summary_says_why_a_task_has_no_kernel_when_its_start_cannot_be_time
     assert e["status"] == "no correct kernel" and e["note"] == (
         "its starting kernel cannot be timed here: timing: torch.AcceleratorError: CUDA error: "
         "an illegal memory access was encountered")
+
+
+def test_the_exported_header_names_the_build_its_timing_ran(tmp_path, builtin):
+    """An autotuner in the user's process may pick another config than the search's timing did:
+    the header names the one timed, per shape, so that it can be pinned."""
+    built = KernelConfig("softmax_kernel", (("BLOCK", 1024),), num_warps=8, num_stages=3, shapes=("{'rows': 4096}",))
+
+    class Configured(FakeEvaluator):
+        def submit(self, task, source):
+            v = super().submit(task, source).result()
+            v.configs = [built]
+            f = Future()
+            f.set_result(v)
+            return f
+
+    archive = Archive(tmp_path / "a.db")
+    run_id = archive.new_run("builtin", {})
+    TaskSearch(builtin["softmax"], knob_operators(), SearchConfig(islands=1, population=2, generations=1),
+               Shared(archive, run_id, Configured().submit, threading.Event())).run()
+    export(archive, run_id, "builtin", ["softmax"], tmp_path / "out")
+    lines = (tmp_path / "out" / "softmax.py").read_text().splitlines()
+    assert lines[2] == "# timed build: softmax_kernel(BLOCK=1024, num_warps=8, num_stages=3) on {'rows': 4096}"
+    assert lines[3].startswith("# reproduce: python run.py check")
