@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from suites.registry import SuiteError, load_suite
 from tests.suite_fixtures import (
@@ -70,9 +71,25 @@ def test_a_perf_file_without_a_layout_is_drawn_once_per_seed_for_all_its_shapes(
         runner.perf_args(0, seed)
     assert draws == [7, 8, 9, 10]
     runner.perf_args(0, 7)  # the least recently used (8) made room for 10, so 7 was kept
-    runner._whole.max_bytes = 1  # a draw over the budget: only the input asked for is kept
-    runner.perf_args(0, 11), runner.perf_args(0, 11), runner.perf_args(1, 11)
-    assert draws == [7, 8, 9, 10, 11, 11] and not runner._whole
+    before = set(runner._whole._items)
+    runner._whole.max_bytes = runner._whole.size(runner._whole.get((7, torch.get_default_device()))) - 1
+    runner.perf_args(0, 11), runner.perf_args(0, 11), runner.perf_args(1, 11)  # over the budget: not kept
+    assert draws == [7, 8, 9, 10, 11, 11]
+    assert len(before) == 3 and set(runner._whole._items) == before  # and the kept draws stay
+
+
+def test_a_layout_drawn_whole_over_the_budget_is_the_first_inputs_draw_too(tmp_path):
+    """The layout's whole draw is handed to the input asked for next, once: a draw, not two."""
+    perf = perf_file("np_inputs", inputs="(torch.from_numpy(torch.rand(2 ** i).numpy()), torch.rand(2 ** i))")
+    d = write_tritonbench(tmp_path, {"np_inputs": (SCALE_ADD, SCALE_ADD_TEST, perf)})
+    runner = load_suite("tritonbench", str(d))["np_inputs"].script
+    runner._whole.max_bytes = 1
+    draws, real = [], runner._draw
+    runner._draw = lambda seed, wanted: (wanted is None and draws.append(seed), real(seed, wanted))[1]
+    first = runner.perf_args(2, 7)
+    assert draws == [7] and first[0].shape[0] == 256 and not runner._whole
+    runner.perf_args(3, 7)  # the hand-off was used once: over the budget, nothing is kept for later
+    assert draws == [7, 7]
     assert not (runner.perf_args(0, 9)[0] == runner.perf_args(0, 10)[0]).all()  # seeds still decide the values
 
 
