@@ -43,13 +43,15 @@ class KernelConfig:
 def trace_configs(trace: Mapping[str, Any]) -> list[KernelConfig]:
     """The compiled kernels a trace launches, each once, in the order of their first launch
     (none for an interpreted trace: under the interpreter nothing is compiled or timed)."""
-    kernels: Mapping[str, Mapping[str, Any]] = trace.get("kernels") or {}
+    kernels = trace.get("kernels")
+    if not isinstance(kernels, Mapping):
+        return []
     seen: list[str] = []
     for ev in trace.get("events") or ():
-        key = ev.get("kernel") if ev.get("kind") == "launch" else None
+        key = ev.get("kernel") if isinstance(ev, Mapping) and ev.get("kind") == "launch" else None
         if isinstance(key, str) and key in kernels and key not in seen:
             seen.append(key)
-    return [_config(kernels[key]) for key in seen]
+    return [_config(kernels[key]) for key in seen if isinstance(kernels[key], Mapping)]
 
 
 def timed_configs(traces: Iterable[tuple[str, Mapping[str, Any]]]) -> list[KernelConfig]:
@@ -71,23 +73,39 @@ def describe(configs: list[KernelConfig], shapes: int) -> str:
 def _config(desc: Mapping[str, Any]) -> KernelConfig:
     names = list(desc.get("arg_names") or [])
     declared = desc.get("constexpr_args")  # the kernel's tl.constexpr parameters, where recorded
+    declared = {d for d in declared if isinstance(d, str)} if isinstance(declared, list) else None
     signature = desc.get("signature") or {}
     values: dict[str, Any] = {}
     for raw, value in (desc.get("constants") or {}).items():
-        key = json.loads(raw)  # an index path ([3]) in Triton 3.3 and later, a name before
-        name = names[key[0]] if isinstance(key, list) and len(key) == 1 and key[0] < len(names) else key
-        if not (isinstance(name, str) and name.isidentifier() and _plain(value)):
-            continue
-        if name in declared if declared is not None else signature.get(name) == "constexpr":
+        name = _constant_name(raw, names)
+        if name is not None and _plain(value) and (
+                name in declared if declared is not None else signature.get(name) == "constexpr"):
             values[name] = value
-    order = {n: i for i, n in enumerate(names)}
+    order = {n: i for i, n in enumerate(names) if isinstance(n, str)}
     constexprs = tuple(sorted(values.items(), key=lambda kv: order.get(kv[0], len(order))))
-    meta = json.loads(desc.get("metadata") or "{}")
+    meta = _loads(desc.get("metadata"))
+    meta = meta if isinstance(meta, dict) else {}
     extra = tuple((k, _int(meta.get(k))) for k, default in (("num_ctas", 1), ("maxnreg", None))
                   if meta.get(k, default) != default)
     name = str(desc.get("name", ""))
     return KernelConfig(name if name.isidentifier() else "?", constexprs, _int(meta.get("num_warps")),
                         _int(meta.get("num_stages")), extra)
+
+
+def _constant_name(raw: object, names: list) -> str | None:
+    """A constant's parameter name: its key is an index path ([3]) in Triton 3.3 and later, a name before."""
+    key = _loads(raw)
+    if isinstance(key, list) and len(key) == 1 and isinstance(key[0], int) and 0 <= key[0] < len(names):
+        key = names[key[0]]
+    return key if isinstance(key, str) and key.isidentifier() else None
+
+
+def _loads(text: object) -> Any:
+    """JSON text parsed; None where it is none (the trace comes from the candidate's process)."""
+    try:
+        return json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
 
 
 def _plain(v: object) -> bool:

@@ -86,9 +86,11 @@ def test_what_a_candidates_process_wrote_into_a_description_is_shown_only_where_
     meta = json.loads(desc["metadata"])
     meta.update(num_warps="\x1b[2J", num_stages=True)
     desc.update(name="x; rm -rf /", metadata=json.dumps(meta),
-                constants={"[4]": "A" * 500, '"EVEN\\n"': 1, "[5]": False})
+                constants={"[4]": "A" * 500, '"EVEN\\n"': 1, "[5]": False, "{not json": 1, '["x"]': 2, "[99]": 3})
     trace = {"kernels": {"k": desc}, "events": [{"kind": "launch", "kernel": "k"}]}
     assert trace_configs(trace) == [KernelConfig("?", (("EVEN", False),), None, None)]
+    desc.update(metadata="{", constexpr_args=5, arg_names=[None, 3])
+    assert trace_configs(trace) == [KernelConfig("?", (), None, None)]  # unreadable: nothing named, no error
 
 
 def test_a_timed_verdict_says_which_build_the_timing_ran(builtin, builds):
