@@ -63,7 +63,7 @@ def install(ev: Evaluator, log: IO[str], full: list[bool]) -> None:
         return times
 
     def traced(self: measuring.MeasuringTurn, plan: dict, sides: dict, how: tuple) -> dict:
-        CONTEXT.shape = {"task": plan["key"][1], "shape": plan["case"]["shape"], "epoch": plan["epoch"]["id"]}
+        CONTEXT.shape = {"task": plan["key"].task, "shape": plan["case"]["shape"], "epoch": plan["epoch"]["id"]}
         return timed_trials(self, plan, sides, how)
 
     def chosen(self: measuring.MeasuringTurn, plan: dict, how: tuple) -> list[float] | None:

@@ -1,10 +1,12 @@
 """The measuring turn's helpers (fitness.measuring): a long-lived clean baseline child with the
-lock of its conversation, the seeds of each epoch's draws, and a clock of the turn's steps."""
+lock of its conversation, the key of a timed shape, the seeds of each epoch's draws, and a clock
+of the turn's steps."""
 from __future__ import annotations
 
 import contextlib
 import threading
 import time
+from typing import NamedTuple
 
 from fitness.judges import fresh_seed
 from fitness.pool import ChildProcess, WorkerPool
@@ -45,6 +47,21 @@ class StepClock:
         self.t = now
 
 
+class ShapeKey(NamedTuple):
+    """A timed shape against one baseline (the reference, or a kernel's source)."""
+
+    suite: str
+    task: str
+    shape: str
+    dtype: str
+    baseline: int  # hash of the baseline's source (None: the task's reference)
+
+    @property
+    def task_key(self) -> tuple[str, str, int]:
+        """The task against its baseline: whose shapes share each epoch's seeds (SeedBank)."""
+        return self.suite, self.task, self.baseline
+
+
 class SeedBank:
     """The three seeds of each epoch of draws, by task (and baseline): fresh, and shared by the
     task's shapes, whose epochs turn together. A perf file that makes every shape at each draw
@@ -52,9 +69,9 @@ class SeedBank:
     per seed in a clean child, not once per shape and seed (suites.tritonbench keeps the draw)."""
 
     def __init__(self) -> None:
-        self._bank: dict[tuple, list[list[int]]] = {}
+        self._bank: dict[tuple[str, str, int], list[list[int]]] = {}
 
-    def seeds(self, task_key: tuple, nth: int) -> list[int]:
+    def seeds(self, task_key: tuple[str, str, int], nth: int) -> list[int]:
         """The `nth` epoch's seeds; callers serialise (fitness.measuring's epoch lock)."""
         bank = self._bank.setdefault(task_key, [])
         while len(bank) <= nth:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from fitness.baseline_child import BaselineChild, SeedBank, StepClock
+from fitness.baseline_child import BaselineChild, SeedBank, ShapeKey, StepClock
 from fitness.harness import nbytes
 from fitness.launch_configs import describe, timed_configs
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
@@ -56,9 +56,8 @@ BASELINE_CHILDREN = 2  # the evaluator's clean baseline pool has this many place
 BASELINE_MEMORY_SHARE = 0.3  # of the GPU's memory, for all baseline children's kept sides together
 
 
-def _shape_key(task: Task, case: dict, baseline_source: str | None) -> tuple:
-    """A timed shape against one baseline (the reference, or a kernel's source)."""
-    return task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], hash(baseline_source)
+def _shape_key(task: Task, case: dict, baseline_source: str | None) -> ShapeKey:
+    return ShapeKey(task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], hash(baseline_source))
 
 
 class MeasuringTurn:
@@ -71,8 +70,8 @@ class MeasuringTurn:
         self._base_of: dict[str, int] = {}  # task -> its baseline child, in order of first timing
         # the baseline's calibration per shape (one call's time, input bytes): from it the next
         # candidate's replay child makes its input sets and graph before its turn
-        self._baseline_cal: dict[tuple, dict] = {}
-        self._epochs: dict[tuple, dict] = {}  # per shape: the draws both sides are timed on now
+        self._baseline_cal: dict[ShapeKey, dict] = {}
+        self._epochs: dict[ShapeKey, dict] = {}  # per shape: the draws both sides are timed on now
         self._epoch_lock = threading.Lock()
         self._seed_bank = SeedBank()  # per task and baseline: each epoch's seeds
         self._epoch_ids = itertools.count()
@@ -135,7 +134,7 @@ class MeasuringTurn:
             if cancel is not None and cancel():
                 raise Cancelled()
 
-    def _epoch(self, key: tuple) -> dict:
+    def _epoch(self, key: ShapeKey) -> dict:
         """The draws this shape is timed on now. Both sides run the same three draws; the
         baseline child keeps its side (inputs, graph) for EPOCH_USES candidates, then fresh ones
         are drawn. Sound because only the clean processes ever see these inputs."""
@@ -145,7 +144,7 @@ class MeasuringTurn:
                 known = self._baseline_cal.get(key)
                 nth = ep["nth"] + 1 if ep else 0
                 ep = self._epochs[key] = {"id": next(self._epoch_ids), "nth": nth,
-                                          "seeds": self._seed_bank.seeds((key[0], key[1], key[4]), nth),
+                                          "seeds": self._seed_bank.seeds(key.task_key, nth),
                                           "n": self._n_sets(known) if known else 0, "uses": 0}
             ep["uses"] += 1
             return dict(ep)
