@@ -104,3 +104,42 @@ def test_a_timed_verdict_says_which_build_the_timing_ran(builtin, builds):
     assert [c.build() for c in v.configs] == ["scale_kernel(BLOCK=1024, EVEN=False, num_warps=8, num_stages=3)"]
     assert v.timing.endswith("(an autotuner's pick included): " + v.configs[0].build())
     assert json.loads(json.dumps(v.to_dict()))["configs"][0]["constexprs"] == [["BLOCK", 1024], ["EVEN", False]]
+
+
+AUTOTUNED_BIAS_GELU = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 256}, num_warps=2, num_stages=2),
+                          triton.Config({"BLOCK": 1024}, num_warps=8, num_stages=3)], key=["n_cols"])
+@triton.jit
+def _bias_gelu_kernel(x_ptr, b_ptr, y_ptr, n_cols, sxm, sxn, sb, sym, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        h = tl.load(x_ptr + row * sxm + cols * sxn, mask=mask, other=0.0)
+        h += tl.load(b_ptr + cols * sb, mask=mask, other=0.0)
+        tl.store(y_ptr + row * sym + cols, 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476)), mask=mask)
+
+
+def bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    n_rows, n_cols = x.shape
+    y = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
+    _bias_gelu_kernel[(n_rows,)](x, bias, y, n_cols, x.stride(0), x.stride(1), bias.stride(0), y.stride(0))
+    return y
+'''
+
+
+@pytest.mark.gpu
+def test_an_autotuned_candidates_verdict_names_the_config_its_timing_ran(evaluator, builtin):
+    """On the GPU, end to end: the autotuner picks in the candidate's process, and the verdict
+    names, per timed shape, which of its two configs was timed."""
+    v = evaluator.evaluate(builtin["bias_gelu"], AUTOTUNED_BIAS_GELU)
+    assert v.stage == "timed", v.reason
+    picks = {("BLOCK", 256): (2, 2), ("BLOCK", 1024): (8, 3)}
+    assert v.configs and all(c.kernel == "_bias_gelu_kernel" and picks[c.constexprs[0]] == (c.num_warps, c.num_stages)
+                             for c in v.configs)
+    assert sum(len(c.shapes) for c in v.configs) == len(v.times) and "timed kernels, as compiled" in v.timing
