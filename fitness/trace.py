@@ -18,17 +18,15 @@ wrappers, heuristics and autotuner: a stronger filter there, not a wall.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import re
-import tempfile
 from collections.abc import Iterable
-from types import ModuleType, SimpleNamespace
+from types import ModuleType
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from fitness.compiled import ReplayError as ReplayError  # re-exported: where a replay's failure was named
+from fitness.compiled import describe_compiled, launch_compiled, load_compiled
 
 # aten ops that allocate, fill or re-view memory: free to use around a kernel launch
 FREE_OPS = {
@@ -43,10 +41,6 @@ FREE_OPS = {
 # a copy of memory the recorder did not see produced: beyond this it is refused (it is how a
 # precomputed answer would travel, and a kernel needs no such thing)
 MAX_SNAPSHOT_BYTES = 1 << 30
-
-
-class ReplayError(Exception):
-    """The trace cannot be replayed or did not replay as recorded; the message says why."""
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -123,6 +117,10 @@ class Recorder(TorchDispatchMode):
             return {"__device__": x.type}
         if isinstance(x, (torch.layout, torch.memory_format)):
             return {"__enum__": str(x).removeprefix("torch.")}
+        if _reinterpreted(x):  # triton.reinterpret: a tensor's memory read as another Triton dtype
+            if type(x.base) is not torch.Tensor:
+                self.problem = f"a {type(x.base).__name__} (not a plain tensor) reached the device work"
+            return {"__tw__": {**self.ref(x.base, produced), "as": str(x.dtype)}}
         self.problem = self.problem or f"an argument of type {type(x).__name__} cannot be replayed"
         return None
 
@@ -167,33 +165,6 @@ class Recorder(TorchDispatchMode):
                 "snapshots": {str(k): v for k, v in self.snapshots.items()}, "problem": self.problem}
 
 
-def describe_compiled(kernel: Any) -> dict:
-    """What a process that never saw the candidate needs to launch a compiled kernel again."""
-    group = getattr(kernel, "metadata_group", None) or {}
-    meta = next((open(p).read() for name, p in group.items() if name.endswith(".json")), None)
-    if meta is None:
-        meta = json.dumps({k: (v._asdict() if hasattr(v, "_asdict") else v)
-                           for k, v in kernel.metadata._asdict().items()}, default=list)
-    src = kernel.src
-    fn = getattr(src, "fn", None)
-    arg_names = list(getattr(fn, "arg_names", []) or [])
-    constants = {json.dumps(list(k) if isinstance(k, tuple) else k): _plain(v)
-                 for k, v in dict(getattr(src, "constants", {}) or {}).items()}
-    signature = {str(k): str(v) for k, v in dict(src.signature).items()}
-    binary = kernel.kernel if isinstance(kernel.kernel, bytes) else str(kernel.kernel).encode()
-    return {"name": kernel.name, "metadata": meta, "binary": torch.frombuffer(bytearray(binary), dtype=torch.uint8),
-            "signature": signature, "constants": constants, "arg_names": arg_names,
-            "constexpr_args": [arg_names[i] for i in getattr(fn, "constexprs", ()) if i < len(arg_names)],
-            "module": getattr(fn, "__module__", "") or getattr(fn, "module", "")}
-
-
-def _plain(v: object) -> object:
-    if isinstance(v, (bool, int, float, str)) or v is None:
-        return v
-    inner = getattr(v, "value", v)
-    return inner if isinstance(inner, (bool, int, float, str)) or inner is None else str(inner)
-
-
 # -------------------------------------------------------------------------------------------
 class Replayer:
     """Runs a trace again on given inputs, in a clean process; `count` is the torch work done."""
@@ -235,6 +206,9 @@ class Replayer:
         if isinstance(x, dict):
             if "__t__" in x:
                 return self._tensor(x["__t__"], bufs)
+            if "__tw__" in x:  # a compiled kernel's binary already reads it as its dtype: the pointer is all
+                t = self._tensor(x["__tw__"], bufs)
+                return t if self.module is None else _reinterpret(t, x["__tw__"]["as"])
             if "__d__" in x:
                 return {k: self._decode(v, bufs) for k, v in x["__d__"].items()}
             if "__dtype__" in x:
@@ -301,6 +275,23 @@ class Replayer:
             fn.run(*args, grid=grid, warmup=False, **kwargs)
 
 
+def _reinterpreted(x: object) -> bool:
+    from triton.runtime.jit import TensorWrapper
+
+    return type(x) is TensorWrapper
+
+
+def _reinterpret(t: torch.Tensor, name: object) -> Any:
+    """The interpreter's view of a recorded triton.reinterpret: the tensor as Triton dtype `name`."""
+    import triton
+    import triton.language as tl
+
+    names = tl.dtype.SINT_TYPES + tl.dtype.UINT_TYPES + tl.dtype.FP_TYPES
+    if name not in names:
+        raise ReplayError(f"a reinterpreted tensor of unknown Triton dtype {name!r} in trace")
+    return triton.reinterpret(t, tl.dtype(name))
+
+
 def interpreted_kernel(module: ModuleType, key: str) -> Any:
     """The module's @triton.jit function recorded as 'module:qualname', under any wrappers."""
     mod, _, qualname = key.partition(":")
@@ -317,81 +308,3 @@ def interpreted_kernel(module: ModuleType, key: str) -> Any:
                 break
             fn = inner
     raise ReplayError(f"the recorded kernel {qualname} is not a kernel of the module")
-
-
-_LOADED: dict[str, Any] = {}  # this process's kernels (CompiledKernel) by their description's digest
-
-
-def load_compiled(desc: dict) -> Any:
-    """A Triton CompiledKernel rebuilt from a recorded description, through Triton's own loader;
-    once per process for each distinct kernel (a candidate's shapes and cases share theirs)."""
-    try:
-        digest = hashlib.sha256(json.dumps([desc["metadata"], desc["signature"], desc["constants"],
-                                            desc["arg_names"], desc["name"]], sort_keys=True).encode()
-                                + bytes(desc["binary"].numpy().tobytes())).hexdigest()
-    except (KeyError, TypeError, AttributeError, ValueError):
-        raise ReplayError("unreadable kernel description in trace") from None
-    if digest not in _LOADED:
-        _LOADED[digest] = _load_compiled(desc)
-    return _LOADED[digest]
-
-
-def _load_compiled(desc: dict) -> Any:
-    from triton.backends.compiler import GPUTarget  # noqa: F401 - imported for CompiledKernel's json
-    from triton.compiler.compiler import CompiledKernel
-
-    try:
-        meta = json.loads(desc["metadata"])
-        name = str(meta.get("name", desc["name"]))
-        ext = "hsaco" if meta.get("target", {}).get("backend") == "hip" else "cubin"
-    except (ValueError, AttributeError):
-        raise ReplayError("unreadable kernel metadata in trace") from None
-    if not name.replace("_", "").isalnum():
-        raise ReplayError("bad kernel name in trace")
-    _check_signature(desc)
-    folder = tempfile.mkdtemp(prefix="te-replay-")
-    paths = {f: os.path.join(folder, f) for f in (f"{name}.json", f"{name}.{ext}")}
-    with open(paths[f"{name}.json"], "w") as f:
-        f.write(desc["metadata"])
-    with open(paths[f"{name}.{ext}"], "wb") as fb:
-        fb.write(bytes(desc["binary"].numpy().tobytes()))
-    constants = {}
-    for k, v in desc["constants"].items():
-        key = json.loads(k)
-        constants[tuple(key) if isinstance(key, list) else key] = v
-    src = SimpleNamespace(signature=dict(desc["signature"]), constants=constants,
-                          fn=SimpleNamespace(arg_names=list(desc["arg_names"]), launch_metadata=None), attrs={})
-    try:
-        return CompiledKernel(src, paths, name)
-    except Exception as e:  # noqa: BLE001 - whatever Triton says about a malformed kernel
-        raise ReplayError(f"the recorded kernel does not load: {e}") from None
-
-
-_TYPE = re.compile(r"[\[\]*A-Za-z0-9_, ]{1,128}")  # "*fp32", "i32", "constexpr", "[*fp16,i32]"
-_IDENT = re.compile(r"\w{1,128}")  # an argument's name (or index)
-_CONST = re.compile(r"[\w.\[\]*, ]{0,128}")  # "fp32", "triton.language.float32", ""
-
-
-def _check_signature(desc: dict) -> None:
-    """Triton writes the C launcher for a kernel from its signature, and a clean child builds it
-    (and keeps it in the clean cache): only type names, identifiers and plain constants get that
-    far, never text that could become code."""
-    sig, names = desc.get("signature"), desc.get("arg_names")
-    if not isinstance(sig, dict) or not isinstance(names, list):
-        raise ReplayError("unreadable kernel signature in trace")
-    if not all(isinstance(k, str) and _IDENT.fullmatch(k) for k in [*sig, *names]):
-        raise ReplayError("a kernel argument name in the trace is not an identifier")
-    if not all(isinstance(t, str) and _TYPE.fullmatch(t) for t in sig.values()):
-        raise ReplayError("a kernel argument type in the trace is not a type name")
-    for k, v in (desc.get("constants") or {}).items():
-        if not isinstance(k, str) or not (v is None or isinstance(v, (bool, int, float))
-                                          or (isinstance(v, str) and _CONST.fullmatch(v))):
-            raise ReplayError("a kernel constant in the trace is not a plain value")
-
-
-def launch_compiled(kernel: Any, grid: tuple, args: list) -> None:
-    from triton.runtime.driver import driver
-
-    device = driver.active.get_current_device()
-    stream = driver.active.get_current_stream(device)
-    kernel.run(grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None, None, None, *args)

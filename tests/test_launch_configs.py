@@ -10,8 +10,9 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from fitness.compiled import describe_compiled
 from fitness.launch_configs import KernelConfig, describe, timed_configs, trace_configs
-from fitness.trace import Recorder, describe_compiled
+from fitness.trace import Recorder
 from fitness.verdict import Verdict
 from tests.test_timing_schedule import CASE, StandIn, stand_in_evaluator
 

@@ -5,8 +5,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from fitness.trace import ReplayError, _check_signature
+from fitness.compiled import _check_signature
+from fitness.trace import ReplayError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,3 +48,37 @@ def test_the_recorders_own_snapshot_is_not_part_of_the_recorded_call():
     assert "buffers: [('input', 16777216), ('snapshot', 16777216)]" in out.stdout
     assert lines[2].endswith("problem: ")
     assert "replay vs reference: output 0 (float32)" in out.stdout and "outside tolerance" in out.stdout
+
+
+def _reinterpreting_softmax() -> str:
+    """builtin softmax's starting kernel writing its output through triton.reinterpret (TritonBench
+    f8_conversion_utils reads int8 memory as float8 that way)."""
+    start = (ROOT / "suites" / "builtin" / "start" / "softmax.py").read_text()
+    launch = "    _softmax_kernel[(n_rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK=128)\n"
+    assert launch in start
+    through = ("    as_tl = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}\n"
+               "    out = triton.reinterpret(y, as_tl[y.dtype])\n"
+               "    _softmax_kernel[(n_rows,)](x, out, n_cols, x.stride(0), y.stride(0), BLOCK=128)\n")
+    return start.replace(launch, through)
+
+
+def test_a_tensor_passed_through_triton_reinterpret_is_recorded_and_replayed(tmp_path):
+    path = tmp_path / "softmax_reinterpret.py"
+    path.write_text(_reinterpreting_softmax())
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "trace_dump.py"), str(path)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "problem: \n" in out.stdout and "replay vs reference: ok" in out.stdout, out.stdout
+
+
+def test_a_reinterpreted_tensor_of_a_dtype_triton_does_not_have_is_refused():
+    from fitness.trace import _reinterpret
+
+    with pytest.raises(ReplayError, match="unknown Triton dtype 'fp99'"):
+        _reinterpret(torch.zeros(4), "fp99")
+
+
+def test_a_kernel_launched_on_a_reinterpreted_output_passes_the_evaluator(evaluator, builtin):
+    v = evaluator.evaluate(builtin["softmax"], _reinterpreting_softmax())
+    assert v.passed, v.reason
