@@ -83,3 +83,20 @@ def test_a_request_of_short_regions_runs_one_untimed_on_the_other_draw_first(reg
     sides.side = _CountingSide(region_ms)
     reply = sides.trial({"k": 4, "passes": 1, "reps": 3})
     assert sides.side.ran == ran and len(reply["ms"]) == 3  # the untimed region's time is not reported
+
+
+def test_an_expanded_input_is_refilled_whole_and_a_plain_one_element_by_element():
+    """TritonBench multinomial_sampling passes `arange(n).expand(b, n)`: a stride of 0, which
+    torch refuses to write element by element ('more than one element ... refers to a single
+    memory location'); the sets keep that layout (to_device), so it takes the draw's memory whole."""
+    from fitness.timing import _fill
+    from suites.task import to_device
+
+    def draw(k):
+        return (torch.arange(8).add(k).expand(4, 8), torch.full((4, 8), float(k)))
+
+    sets = [to_device(draw(0), "cpu") for _ in range(2)]
+    assert sets[0][0].stride() == (0, 1)
+    _fill(sets, draw(3))
+    for indices, scores in sets:
+        assert indices.stride() == (0, 1) and torch.equal(indices, draw(3)[0]) and torch.equal(scores, draw(3)[1])
