@@ -2,6 +2,7 @@
 The kernels are really compiled, for an H100 (sm_90), by Triton's own compiler: that needs no
 GPU, only Triton's bundled ptxas."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +27,7 @@ def scale_kernel(x, out, n, factor, BLOCK: tl.constexpr, EVEN: tl.constexpr):
         tl.store(out + i, tl.load(x + i, mask=i < n) * factor, mask=i < n)
 
 
+ROOT = Path(__file__).resolve().parent.parent
 SIGNATURE = {"x": "*fp32", "out": "*fp32", "n": "i32", "factor": "fp32", "BLOCK": "constexpr", "EVEN": "constexpr"}
 
 
@@ -107,38 +109,21 @@ def test_a_timed_verdict_says_which_build_the_timing_ran(builtin, builds):
     assert json.loads(json.dumps(v.to_dict()))["configs"][0]["constexprs"] == [["BLOCK", 1024], ["EVEN", False]]
 
 
-AUTOTUNED_BIAS_GELU = '''
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.autotune(configs=[triton.Config({"BLOCK": 256}, num_warps=2, num_stages=2),
-                          triton.Config({"BLOCK": 1024}, num_warps=8, num_stages=3)], key=["n_cols"])
-@triton.jit
-def _bias_gelu_kernel(x_ptr, b_ptr, y_ptr, n_cols, sxm, sxn, sb, sym, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    for start in range(0, n_cols, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        h = tl.load(x_ptr + row * sxm + cols * sxn, mask=mask, other=0.0)
-        h += tl.load(b_ptr + cols * sb, mask=mask, other=0.0)
-        tl.store(y_ptr + row * sym + cols, 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476)), mask=mask)
-
-
-def bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    n_rows, n_cols = x.shape
-    y = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
-    _bias_gelu_kernel[(n_rows,)](x, bias, y, n_cols, x.stride(0), x.stride(1), bias.stride(0), y.stride(0))
-    return y
-'''
+def _autotuned_bias_gelu() -> str:
+    """builtin bias_gelu's starting kernel, autotuned over two configs."""
+    start = (ROOT / "suites" / "builtin" / "start" / "bias_gelu.py").read_text()
+    jit, block = "@triton.jit\ndef _bias_gelu_kernel", ", BLOCK=128"
+    assert jit in start and block in start
+    tune = ('@triton.autotune(configs=[triton.Config({"BLOCK": 256}, num_warps=2, num_stages=2),\n'
+            '                          triton.Config({"BLOCK": 1024}, num_warps=8, num_stages=3)], key=["n_cols"])\n')
+    return start.replace(jit, tune + jit).replace(block, "")
 
 
 @pytest.mark.gpu
 def test_an_autotuned_candidates_verdict_names_the_config_its_timing_ran(evaluator, builtin):
     """On the GPU, end to end: the autotuner picks in the candidate's process, and the verdict
     names, per timed shape, which of its two configs was timed."""
-    v = evaluator.evaluate(builtin["bias_gelu"], AUTOTUNED_BIAS_GELU)
+    v = evaluator.evaluate(builtin["bias_gelu"], _autotuned_bias_gelu())
     assert v.stage == "timed", v.reason
     picks = {("BLOCK", 256): (2, 2), ("BLOCK", 1024): (8, 3)}
     assert v.configs and all(c.kernel == "_bias_gelu_kernel" and picks[c.constexprs[0]] == (c.num_warps, c.num_stages)
