@@ -120,6 +120,7 @@ class Recorder(TorchDispatchMode):
         if _reinterpreted(x):  # triton.reinterpret: a tensor's memory read as another Triton dtype
             if type(x.base) is not torch.Tensor:
                 self.problem = f"a {type(x.base).__name__} (not a plain tensor) reached the device work"
+                return None
             return {"__tw__": {**self.ref(x.base, produced), "as": str(x.dtype)}}
         self.problem = self.problem or f"an argument of type {type(x).__name__} cannot be replayed"
         return None
