@@ -96,7 +96,7 @@ def _export_task(archive: Archive, run_id: int, name: str, out: Path, where: Whe
     cmd += ["--task", name, str(path)]
     verdict = archive.candidate(best.id).evaluation.verdict()  # type: ignore[union-attr]
     baseline = verdict.get("baseline", "baseline")
-    configs = [KernelConfig.from_record(c) for c in verdict.get("configs", [])]
+    configs = KernelConfig.all_from_verdict(verdict)
     entry.update(status="exported", file=str(path), candidate=best.id, speedup=best.speedup, baseline=baseline,
                  device=best.device, island=best.island, generation=best.generation, operator=best.operator)
     if where.retime and best.speedup:

@@ -31,6 +31,17 @@ class KernelConfig:
         return cls(str(d["kernel"]), tuple((str(k), v) for k, v in d["constexprs"]), d.get("num_warps"),
                    d.get("num_stages"), tuple((str(k), v) for k, v in d.get("extra", ())), tuple(d.get("shapes", ())))
 
+    @classmethod
+    def all_from_verdict(cls, verdict: Mapping[str, Any]) -> list[KernelConfig]:
+        """A stored verdict's builds (none before they were recorded); an unreadable one is left out."""
+        out = []
+        for d in verdict.get("configs") or ():
+            try:
+                out.append(cls.from_record(d))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+        return out
+
     def build(self) -> str:
         """The kernel and its config, e.g. `_add(BLOCK=1024, num_warps=4, num_stages=3)`."""
         knobs = [f"{k}={v}" for k, v in self.constexprs]

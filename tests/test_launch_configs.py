@@ -2,6 +2,7 @@
 The kernels are really compiled, for an H100 (sm_90), by Triton's own compiler: that needs no
 GPU, only Triton's bundled ptxas."""
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,10 @@ def test_an_autotuned_candidates_verdict_names_the_config_its_timing_ran(evaluat
     assert v.configs and all(c.kernel == "_bias_gelu_kernel" and picks[c.constexprs[0]] == (c.num_warps, c.num_stages)
                              for c in v.configs)
     assert sum(len(c.shapes) for c in v.configs) == len(v.times) and "timed kernels, as compiled" in v.timing
+
+
+def test_a_stored_verdicts_builds_read_back_and_an_unreadable_one_is_left_out():
+    built = KernelConfig("k", (("BLOCK", 64),), 4, 3, (("num_ctas", 2),), ("{'n': 1}",))
+    stored = json.loads(json.dumps({"configs": [asdict(built), {"kernel": "x"}, 7, {"kernel": "y", "constexprs": 5}]}))
+    assert KernelConfig.all_from_verdict(stored) == [built]
+    assert KernelConfig.all_from_verdict({}) == []  # a verdict from before builds were recorded
