@@ -62,12 +62,14 @@ def _reinterpreting_softmax() -> str:
     return start.replace(launch, through)
 
 
-def test_a_tensor_passed_through_triton_reinterpret_is_recorded_and_replayed(tmp_path):
+@pytest.mark.parametrize("interpret", ["1", pytest.param("0", marks=pytest.mark.gpu)], ids=["interpreted", "compiled"])
+def test_a_tensor_passed_through_triton_reinterpret_is_recorded_and_replayed(tmp_path, interpret):
+    """Interpreted, the replay reinterprets again; compiled, the binary gets the tensor's pointer."""
     path = tmp_path / "softmax_reinterpret.py"
     path.write_text(_reinterpreting_softmax())
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "trace_dump.py"), str(path)],
                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                         env={**os.environ, "TRITON_INTERPRET": "1"})
+                         env={**os.environ, "TRITON_INTERPRET": interpret})
     assert out.returncode == 0, out.stderr[-2000:]
     assert "problem: \n" in out.stdout and "replay vs reference: ok" in out.stdout, out.stdout
 
