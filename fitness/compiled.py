@@ -110,9 +110,13 @@ def _check_signature(desc: dict) -> None:
     if not all(isinstance(t, str) and _TYPE.fullmatch(t) for t in sig.values()):
         raise ReplayError("a kernel argument type in the trace is not a type name")
     for k, v in (desc.get("constants") or {}).items():
-        if not isinstance(k, str) or not (v is None or isinstance(v, (bool, int, float))
-                                          or (isinstance(v, str) and _CONST.fullmatch(v))):
+        if not isinstance(k, str) or not plain_constant(v):
             raise ReplayError("a kernel constant in the trace is not a plain value")
+
+
+def plain_constant(v: object) -> bool:
+    """A kernel constant that can be neither code nor noise: None, a number, a short dtype-like name."""
+    return v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and bool(_CONST.fullmatch(v)))
 
 
 def launch_compiled(kernel: Any, grid: tuple, args: list) -> None:

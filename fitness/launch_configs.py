@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from fitness.compiled import plain_constant
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,7 @@ def timed_configs(traces: Iterable[tuple[str, Mapping[str, Any]]]) -> list[Kerne
     for shape, trace in traces:
         for c in trace_configs(trace):
             merged.setdefault(c, []).append(shape)
-    return [KernelConfig(c.kernel, c.constexprs, c.num_warps, c.num_stages, c.extra, tuple(shapes))
-            for c, shapes in merged.items()]
+    return [replace(c, shapes=tuple(shapes)) for c, shapes in merged.items()]
 
 
 def describe(configs: list[KernelConfig], shapes: int) -> str:
@@ -89,7 +90,7 @@ def _config(desc: Mapping[str, Any]) -> KernelConfig:
     values: dict[str, Any] = {}
     for raw, value in (desc.get("constants") or {}).items():
         name = _constant_name(raw, names)
-        if name is not None and _plain(value) and (
+        if name is not None and plain_constant(value) and (
                 name in declared if declared is not None else signature.get(name) == "constexpr"):
             values[name] = value
     order = {n: i for i, n in enumerate(names) if isinstance(n, str)}
@@ -117,10 +118,6 @@ def _loads(text: object) -> Any:
         return json.loads(text) if isinstance(text, str) else None
     except ValueError:
         return None
-
-
-def _plain(v: object) -> bool:
-    return v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 64 and v.isprintable())
 
 
 def _int(v: object) -> int | None:

@@ -42,22 +42,21 @@ LEAD_CYCLES = 200_000
 
 
 def _fill(sets, contents):
-    for s in sets:
-        for dst, src in zip(s, contents):
-            if isinstance(dst, torch.Tensor):
-                _refill(dst.detach(), src)  # detached: a call may have made an input an autograd view
-
-
-def _refill(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """`src`'s contents into `dst`, which a set got from the same layout (fitness.harness.to_device
+    """`contents` into every set, which got its layout from the same draws (fitness.harness.to_device
     keeps strides and storage). An expanded input (a stride 0: TritonBench multinomial_sampling's
     indices) cannot take its elements one by one, as torch refuses to write one memory location
-    twice: it takes its memory whole."""
-    if any(st == 0 and n > 1 for st, n in zip(dst.stride(), dst.shape)) and \
-            dst.untyped_storage().nbytes() == src.untyped_storage().nbytes():
-        dst.untyped_storage().copy_(src.untyped_storage())
-    else:
-        dst.copy_(src)
+    twice: it takes its memory whole. Which inputs those are is read once per fill, not per set."""
+    whole = [isinstance(src, torch.Tensor) and any(st == 0 and n > 1 for st, n in zip(src.stride(), src.shape))
+             for src in contents]
+    for s in sets:
+        for dst, src, by_memory in zip(s, contents, whole):
+            if not isinstance(dst, torch.Tensor):
+                continue
+            dst = dst.detach()  # a call may have made an input an autograd view
+            if by_memory and dst.untyped_storage().nbytes() == src.untyped_storage().nbytes():
+                dst.untyped_storage().copy_(src.untyped_storage())
+            else:
+                dst.copy_(src)
 
 
 def _as_list(out) -> list:
