@@ -6,6 +6,7 @@ the output's dtype and shape must be what the reference gives for the task's inp
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -40,19 +41,26 @@ _ON_GPU = threading.Lock()
 ENGINE_GPU_CACHE = 1 << 30  # what the engine's allocator may keep between comparisons
 
 
-def compare_tree_on(device: str, out: Any, ref: Any, tolerance: dict, slack: float = 1.0, path: str = "result") -> str:
-    """compare_tree on `device`, or on the host where the device has no room. H100 TritonBench: the
-    engine's float64 comparisons on the CPU held each candidate's clean child 4.5 s after its turn."""
-    if device != "cpu":
+def compare_where_room(device: str | torch.device, compare: Callable[[Any, Any], str], out: Any, ref: Any) -> str:
+    """compare(out, ref) with both trees on `device`, one comparison at a time there, or on the
+    host where the device has no room. H100, a 14-task TritonBench search: a comparison's float64
+    temporaries met the children's 70 GiB and the engine's out-of-memory error ended the search."""
+    if str(device) != "cpu":
         with _ON_GPU:
             try:
-                return compare_tree(on_device(out, device), on_device(ref, device), tolerance, slack, path)
+                return compare(on_device(out, device), on_device(ref, device))
             except torch.cuda.OutOfMemoryError:
                 pass
             finally:
                 if torch.cuda.memory_reserved() > ENGINE_GPU_CACHE:
                     torch.cuda.empty_cache()  # the children need the room more than the engine
-    return compare_tree(out, ref, tolerance, slack, path)
+    return compare(on_device(out, "cpu"), on_device(ref, "cpu"))
+
+
+def compare_tree_on(device: str, out: Any, ref: Any, tolerance: dict, slack: float = 1.0, path: str = "result") -> str:
+    """compare_tree on `device`, or on the host where the device has no room. H100 TritonBench: the
+    engine's float64 comparisons on the CPU held each candidate's clean child 4.5 s after its turn."""
+    return compare_where_room(device, lambda o, r: compare_tree(o, r, tolerance, slack, path), out, ref)
 
 
 def dtype_name(t: torch.Tensor | torch.dtype) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from fitness.compare import compare_outputs, on_device_if_room
+from fitness.compare import compare_outputs, compare_where_room
 from fitness.correctness import run_correctness
 from fitness.harness import TORCH_WORK_SHARE
 from fitness.judges import Judge, fresh_seed, judge_for
@@ -91,6 +91,10 @@ class Evaluator:
         if config.device == "cuda" and not self.gpu:
             raise RuntimeError("--device cuda was asked for but torch sees no GPU")
         self.interpret = not self.gpu
+        # where a script task's outputs are compared: on a GPU machine the GPU, where it has room.
+        # A dozen passes over float64 copies of 64 MiB outputs took the engine 3 s of CPU per
+        # candidate on the H100 machine, CPU its correctness workers needed for compiling.
+        self.compare_device = "cuda" if self.gpu else "cpu"
         data = tuple(p for p in (config.suite_path, os.environ.get("TRITON_EVOLVE_DATA"),
                                  os.environ.get("TRITON_EVOLVE_CACHE"), *config.task_dirs) if p)
         self.sandbox = detect(not config.sandbox, config.triton_cache, data)
@@ -323,13 +327,6 @@ class Evaluator:
         v.stage = "call"
         return None
 
-    def for_comparison(self, reply: dict) -> dict:
-        """On a GPU machine the outputs are compared there: a dozen passes over float64 copies of
-        64 MiB outputs took the engine 3 s of CPU per candidate on the H100 machine, CPU its
-        correctness workers needed for compiling (on the GPU: milliseconds). Script tasks only:
-        a function task's outputs go to its reference child as they came (check_case)."""
-        return on_device_if_room(reply, "cuda") if self.gpu else reply
-
     def prefetch_reference(self, task: Task, case: dict) -> None:
         """The case's reference computed while its outputs are on their way."""
         (self.ref_service or self.references).prefetch(task, case)
@@ -343,8 +340,8 @@ class Evaluator:
             if problem is not None:
                 return problem
         refs, expected = self.references.get(task, case)  # here: no GPU, or no reference child answered
-        return compare_outputs(on_device_if_room(outputs, self.references.device), refs, task.tolerance,
-                               expected=expected)
+        return compare_where_room(self.references.device,
+                                  lambda o, r: compare_outputs(o, r, task.tolerance, expected=expected), outputs, refs)
 
     # -------------------------------------------------------------------------------------
     @property

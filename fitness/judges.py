@@ -130,7 +130,7 @@ class ScriptJudge:
         if self.ev.gpu:  # one seed for the timed inputs, only recorded: a draw serves every shape
             seed = fresh_seed()  # of a perf file that makes them all at once (suites.tritonbench)
             cases += [{**c, "split": "timing", "seed": seed} for c in refs.timing_cases(ref)]
-        return cases, lambda case, reply: refs.check(self.task, ref, case, self.ev.for_comparison(reply))
+        return cases, lambda case, reply: refs.check(self.task, ref, case, reply, self.ev.compare_device)
 
     def prefetch(self, case: dict) -> None:
         """Nothing: the suite's own kernel is the oracle, computed once per task (fitness.script_eval)."""

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from fitness.compare import as_list, compare_outputs, dtype_name, on_device_if_room
+from fitness.compare import as_list, compare_outputs, compare_where_room, dtype_name, on_device_if_room
 from fitness.harness import draw_inputs
 from suites.lru import BytesLRU
 from suites.task import Task
@@ -229,6 +229,7 @@ class ReferenceSide:
         t1 = time.perf_counter()
         outputs = on_device_if_room(req["outputs"], self.device)
         t2 = time.perf_counter()
-        problem = compare_outputs(outputs, refs, task.tolerance, expected=expected)
+        problem = compare_where_room(self.device, lambda o, r: compare_outputs(o, r, task.tolerance, expected=expected),
+                                     outputs, refs)
         ms = {"reference": t1 - t0, "upload": t2 - t1, "compare": time.perf_counter() - t2}
         return {"problem": problem, "ms": {k: round(1e3 * x, 3) for k, x in ms.items()}}

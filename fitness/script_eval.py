@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fitness.compare import compare_tree, count_elements, is_weak
+from fitness.compare import compare_tree_on, count_elements, is_weak
 from fitness.guard_bands import Finding
 from fitness.pool import CancelCheck, Cancelled, WorkerFailure, WorkerPool
 from suites.script import GIVEN
@@ -196,11 +196,13 @@ class ScriptReferences:
         return sorted(cases, key=lambda c: c["split"] != "tuning")  # tuning first: the reply stops at a failure
 
     @staticmethod
-    def check(task: Task, ref: ScriptReference, case: dict, result: dict | None) -> str:
+    def check(task: Task, ref: ScriptReference, case: dict, result: dict | None, device: str = "cpu") -> str:
+        """'' or what is wrong with a candidate's `result` for `case`, compared on `device` where
+        it has room (fitness.compare.compare_where_room)."""
         if not result or "tree" not in result:
             return "no result returned"
         expected = ref.results[key(case)]
-        problem = compare_tree(result["tree"], expected["tree"], task.tolerance)
+        problem = compare_tree_on(device, result["tree"], expected["tree"], task.tolerance)
         if problem or not task.script.torch_work_relative:
             return problem
         extra = result["torch_elements"] - expected["torch_elements"]

@@ -80,3 +80,24 @@ def test_on_device_copies_every_tensor_of_a_tree_and_keeps_its_shape():
     assert moved[0]["outputs"][0].device.type == "meta" and moved[0]["outputs"][1][0].device.type == "meta"
     assert isinstance(moved[0]["outputs"][1], tuple) and moved[0]["outputs"][1][1] == 5
     assert moved[0]["torch_elements"] == 7 and moved[1] is None and a.device.type == "cpu"
+
+
+def test_a_comparison_the_device_has_no_room_for_is_made_on_the_host_with_the_same_answer():
+    from fitness.compare import compare_tree, compare_where_room
+
+    ref = {"y": torch.randn(64), "n": 3}
+    bad = {"y": ref["y"].clone(), "n": 3}
+    bad["y"][5] += 1.0
+    seen: list[str] = []
+
+    def compare(out: dict, expected: dict) -> str:  # the device ("meta" here) is full
+        seen.append(out["y"].device.type)
+        if out["y"].device.type != "cpu":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 196.00 MiB.")
+        return compare_tree(out, expected, TOL)
+
+    assert compare_where_room("meta", compare, bad, ref) == compare_tree(bad, ref, TOL) != ""
+    good = {"y": ref["y"].clone(), "n": 3}
+    assert compare_where_room("meta", compare, good, ref) == ""
+    assert seen == ["meta", "cpu", "meta", "cpu"]
+
