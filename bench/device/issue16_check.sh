@@ -6,7 +6,7 @@
 #   tbbench   the evaluator bench on the 12-task TritonBench sample, cold, steady, phase table and
 #             then each starting kernel against its baseline alone (A/A alone)
 #   validate  `validate --suite tritonbench` again for VTASKS (the record starts empty here)
-#   gputests  the GPU tests (exploit set, device draws, timing, trace, launch configs)
+#   gputests  the GPU-marked tests of the exploit set, device draws, timing, trace and launch configs
 # DEADLINE (default 540 s) bounds the whole script: a device call that overruns returns nothing,
 # so each step gets at most what is left less 15 s. Output under $OUT as it comes.
 cd "$(dirname "$0")/../.."
