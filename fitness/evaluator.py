@@ -91,10 +91,6 @@ class Evaluator:
         if config.device == "cuda" and not self.gpu:
             raise RuntimeError("--device cuda was asked for but torch sees no GPU")
         self.interpret = not self.gpu
-        # where a script task's outputs are compared: on a GPU machine the GPU, where it has room.
-        # A dozen passes over float64 copies of 64 MiB outputs took the engine 3 s of CPU per
-        # candidate on the H100 machine, CPU its correctness workers needed for compiling.
-        self.compare_device = "cuda" if self.gpu else "cpu"
         data = tuple(p for p in (config.suite_path, os.environ.get("TRITON_EVOLVE_DATA"),
                                  os.environ.get("TRITON_EVOLVE_CACHE"), *config.task_dirs) if p)
         self.sandbox = detect(not config.sandbox, config.triton_cache, data)
@@ -112,8 +108,7 @@ class Evaluator:
             return WorkerPool(size, self.sandbox, False, mem, config.triton_cache, clean=True, spares=spares)
         self.timer = clean(n_clean, spares(n_clean)) if self.gpu else None
         self.turn = MeasuringTurn(self, clean(BASELINE_CHILDREN, 0)) if self.gpu else None
-        self.references = references or ReferenceCache(config.reference_cache_bytes,
-                                                       "cuda" if self.gpu else "cpu")
+        self.references = references or ReferenceCache(config.reference_cache_bytes, self.compare_device)
         # on a GPU the references and comparisons run in clean children (fitness.reference_service)
         self.ref_service = ReferenceService(clean(REFERENCE_CHILDREN, 0), self.references, self.task_spec,
                                             config.timeout_s) if self.gpu else None
@@ -344,6 +339,13 @@ class Evaluator:
                                   lambda o, r: compare_outputs(o, r, task.tolerance, expected=expected), outputs, refs)
 
     # -------------------------------------------------------------------------------------
+    @property
+    def compare_device(self) -> str:
+        """Where outputs are compared: on a GPU machine the GPU, where it has room. A dozen passes
+        over float64 copies of 64 MiB outputs took the engine 3 s of CPU per candidate on the H100
+        machine, CPU its correctness workers needed for compiling."""
+        return "cuda" if self.gpu else "cpu"
+
     @property
     def measuring_s(self) -> float:
         """Time the GPU's measuring turn was held: the exclusive resource."""

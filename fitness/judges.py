@@ -136,8 +136,8 @@ class ScriptJudge:
         """Nothing: the suite's own kernel is the oracle, computed once per task (fitness.script_eval)."""
 
     def check_timed(self, case: dict, seed: int, candidate: Any, baseline: Any) -> str:
-        device = "cuda" if self.ev.gpu else "cpu"
-        return compare_tree_on(device, candidate, baseline, self.task.tolerance, slack=4.0, path="output")
+        return compare_tree_on(self.ev.compare_device, candidate, baseline, self.task.tolerance, slack=4.0,
+                               path="output")
 
 
 Judge = FunctionJudge | ScriptJudge  # what an evaluator asks of a task's kind

@@ -81,7 +81,6 @@ def stand_in_evaluator(task, **config):
     e = Evaluator(EvalConfig(workers=1, sandbox=False, **config))
     try:
         e.gpu, e.turn = True, MeasuringTurn(e, None)
-        e.compare_device = "cpu"  # compared where the stand-in's outputs are: the CPU
         e.base = StandIn(task)
         e.turn.baseline_side = lambda *a: e.base
         yield e
@@ -385,7 +384,6 @@ def test_while_one_baseline_child_prepares_a_new_task_the_turn_serves_a_task_of_
     e = Evaluator(EvalConfig(workers=1, trials=5, sandbox=False))
     try:
         e.gpu, e.turn = True, MeasuringTurn(e, None, children=2)
-        e.compare_device = "cpu"
         slow, quick = StandIn(softmax), StandIn(other)
         prepared: list[float] = []  # when the slow preparation ended
         send = slow.request
