@@ -29,7 +29,7 @@ import fitness.measuring as measuring  # noqa: E402
 from archives.metrics import aa_noise  # noqa: E402
 from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
 from fitness.pool import WorkerPool  # noqa: E402
-from suites.registry import load_suite  # noqa: E402
+from suites.registry import SuiteError, load_suite, select  # noqa: E402
 
 CONTEXT = threading.local()
 
@@ -106,8 +106,10 @@ def main() -> None:
     passes = args.passes.split(",")
     if not set(passes) <= {"engine", "full"}:
         sys.exit("error: --passes takes engine and full, comma-separated")
-    suite = load_suite(args.suite)
-    tasks = [suite[n] for n in args.tasks.split(",")]
+    try:  # an unknown suite or task: the registry's one-line error, as run.py gives it
+        tasks = list(select(load_suite(args.suite), args.tasks).values())
+    except SuiteError as e:
+        sys.exit(f"error: {e}")
     out: dict = {}
     full = [False]
     with tempfile.TemporaryDirectory() as cache, open(args.log, "w") as log:

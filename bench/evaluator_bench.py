@@ -33,7 +33,7 @@ import fitness.evaluator as evaluator_module  # noqa: E402
 from archives.metrics import aa_noise  # noqa: E402
 from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
 from fitness.verdict import Verdict, geomean  # noqa: E402
-from suites.registry import load_suite  # noqa: E402
+from suites.registry import SuiteError, load_suite, select  # noqa: E402
 
 
 def variant(source: str, n: int) -> str:
@@ -175,9 +175,12 @@ def main() -> None:
         evaluator_module.TIMING_CHILDREN = args.clean
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
-    suite = load_suite(args.suite)
-    tasks = [suite[n] for n in args.tasks.split(",")] if args.tasks else \
-        [t for t in suite.values() if t.start_source][:args.sample]
+    try:  # an unknown suite or task: the registry's one-line error, as run.py gives it
+        suite = load_suite(args.suite)
+        tasks = list(select(suite, args.tasks).values()) if args.tasks else \
+            [t for t in suite.values() if t.start_source][:args.sample]
+    except SuiteError as e:
+        sys.exit(f"error: {e}")
     out: dict = {}
     with tempfile.TemporaryDirectory() as cache:
         with Evaluator(EvalConfig(workers=args.workers, trials=args.trials, triton_cache=cache)) as ev:

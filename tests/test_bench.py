@@ -15,6 +15,13 @@ def test_evaluator_bench_runs_and_names_what_bounds_the_rate():
     assert "worker.first_case" in out.stdout and "throughput:" in out.stdout
 
 
+def test_evaluator_bench_names_an_unknown_task_in_one_line():
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "evaluator_bench.py"), "--tasks", "softmax,softmx"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == "error: unknown task(s): softmx (did you mean 'softmax'?)"
+
+
 def test_aa_alone_runs_its_passes_logs_them_and_refuses_an_unknown_pass(tmp_path):
     bench = [sys.executable, str(ROOT / "bench" / "aa_alone.py"), "--suite", "builtin", "--tasks", "softmax",
              "--workers", "1", "--log", str(tmp_path / "trials.jsonl")]
