@@ -63,7 +63,7 @@ class ShapeKey(NamedTuple):
 
 
 class SeedBank:
-    """The three seeds of each epoch of draws, by task (and baseline): fresh, and shared by the
+    """The seeds of each epoch of draws, by task (and baseline): fresh, and shared by the
     task's shapes, whose epochs turn together. A perf file that makes every shape at each draw
     (TritonBench matmul_dequant_int4 quantizes its 31 weights in Python loops) is then drawn once
     per seed in a clean child, not once per shape and seed (suites.tritonbench keeps the draw)."""
@@ -71,9 +71,14 @@ class SeedBank:
     def __init__(self) -> None:
         self._bank: dict[tuple[str, str, int], list[list[int]]] = {}
 
-    def seeds(self, task_key: tuple[str, str, int], nth: int) -> list[int]:
-        """The `nth` epoch's seeds; callers serialise (fitness.measuring's epoch lock)."""
+    def seeds(self, task_key: tuple[str, str, int], nth: int, count: int = 3) -> list[int]:
+        """The `nth` epoch's `count` seeds (distinct); callers serialise (fitness.measuring's epoch lock)."""
         bank = self._bank.setdefault(task_key, [])
         while len(bank) <= nth:
-            bank.append([fresh_seed() for _ in range(3)])
-        return bank[nth]
+            bank.append([])
+        seeds = bank[nth]
+        while len(seeds) < count:
+            s = fresh_seed()
+            if s not in seeds:
+                seeds.append(s)
+        return seeds[:count]

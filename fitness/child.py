@@ -41,7 +41,7 @@ from fitness.harness import (
 )
 from fitness.isolation import cap_address_space, outer_pid
 from fitness.reference import ReferenceSide
-from fitness.timing import TimedSide
+from fitness.timing import CAL_DRAWS, TimedSide
 from fitness.trace import Recorder, Replayer, ReplayError
 from suites.script import for_here
 from suites.task import Task
@@ -67,7 +67,7 @@ class Child(ScriptSide):
             "import": self.import_candidate, "case": self.case, "script": self.script, "replay": self.replay,
             "warm": self.warm, "peaks": self.peaks, "time_prepare": self.time_prepare,
             "time_open": self.timing.open, "time_sets": self.timing.sets, "trial": self.timing.trial,
-            "time_check": self.timing.check,
+            "time_check": self.timing.check, "time_oracle": self.timing.oracle,
             **ReferenceSide(self.device, self.task, self.start_device).ops()}  # a reference child's
 
     def start_device(self) -> None:
@@ -256,9 +256,12 @@ class Child(ScriptSide):
         self.start_device()
         if "keep_share" in req:
             self.timing.keep_share = min(KEEP_SIDES_SHARE, float(req["keep_share"]))
-        case = req["case"]
+        case, seeds = req["case"], [int(s) for s in req["seeds"]]
         t0 = time.perf_counter()
-        draws = [tuple(to_device(a, "cuda") for a in draw_inputs(task, case, s, "cuda")) for s in req["seeds"]]
+
+        def draw(k: int) -> tuple:  # the k-th of the engine's seeds, on the GPU
+            return tuple(to_device(a, "cuda") for a in draw_inputs(task, case, seeds[k], "cuda"))
+        draws = [draw(k) for k in range(min(CAL_DRAWS, len(seeds)))]  # the rest when the sets need them
         torch.cuda.empty_cache()  # the draws' temporaries: a long-lived baseline child keeps only its sides
         t0 = self._tick("draws", t0)
         cost: Callable[[], list] | None = None
@@ -273,7 +276,7 @@ class Child(ScriptSide):
 
             def cost() -> list:  # the cost model is suite code: the clean side runs it
                 return list(task.cost(case["shape"], case["dtype"]))
-        return self.timing.prepare(str(req["slot"]), TimedSide(fn, draws), cost)
+        return self.timing.prepare(str(req["slot"]), TimedSide(fn, draws, len(seeds), draw), cost)
 
     def _baseline(self, task: Task, baseline_source: str | None) -> Callable[..., Any]:
         if task.script is not None:

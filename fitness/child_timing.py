@@ -71,31 +71,47 @@ class PreparedSides:
             return {"missing": True}
         self.sides.move_to_end(slot)
         self.side = self.sides[slot]
-        return {"cal": self.side.cal, "method": self.side.method, "n_sets": len(self.side.sets)}
+        return {"cal": self.side.cal, "method": self.side.method, "n_sets": len(self.side.sets),
+                "n_draws": self.side.n_draws()}
 
     def sets(self, req: dict) -> dict:
         """The input sets and (graph) the captured region of a prepared slot."""
-        method = self.sides[str(req["slot"])].prepare(int(req["n_sets"]), bool(req.get("graph", True)))
+        side = self.sides[str(req["slot"])]
+        method = side.prepare(int(req["n_sets"]), bool(req.get("graph", True)))
         self._trim(str(req["slot"]))
-        return {"method": method}
+        return {"method": method, "n_draws": side.n_draws()}
 
     def trial(self, req: dict) -> dict:
-        """`reps` timed regions back to back (draws k, k+1, ...): one round trip for several."""
-        k, passes = int(req["k"]), int(req.get("passes", 1))
+        """`reps` timed trials back to back, trial j on rotation rots[j] of the draws (the engine's
+        choice): one round trip for several. `check`: {"rep": j, "picks": sets} keeps those sets'
+        outputs after trial j, for the time_check request after the turn."""
+        passes, rots = int(req.get("passes", 1)), [int(r) for r in req["rots"]]
+        check = req.get("check") or {}
         if self.side is None:
             raise RuntimeError("a trial before the measuring turn opened a side")
         side = self.side
         if side.region_ms is None or side.region_ms < WARM_REGION_BELOW_MS:
-            side.trial(k + 1, passes)  # untimed, on the other draw: the timed one starts cold as before
-        return {"ms": [side.trial(k + j, passes) for j in range(max(1, int(req.get("reps", 1))))]}
+            # untimed, on another rotation: the timed one starts cold as before
+            side.trial((rots[0] + 1) % max(1, side.n_draws()), passes)
+        ms = []
+        for j, rot in enumerate(rots):
+            picks = [int(i) for i in check["picks"]] if check and int(check["rep"]) == j else None
+            ms.append(side.trial(rot, passes, picks))
+        return {"ms": ms}
 
     def check(self, req: dict) -> dict:
-        """Outputs of the picked sets on the third draw; `drop`: the slot is done with."""
+        """The outputs the checked trial kept; `drop`: the slot is done with."""
         slot = str(req["slot"])
-        outs = self.sides[slot].check([int(i) for i in req["picks"]])
+        outs = self.sides[slot].checked()
         if req.get("drop", True):
             del self.sides[slot]
         return {"outputs": [to_wire(o) for o in outs]}
+
+    def oracle(self, req: dict) -> dict:
+        """The baseline's outputs of the picked sets on rotation `rot`: [under 0x00, under 0xFF] each."""
+        side = self.sides[str(req["slot"])]
+        runs = side.oracle(int(req["rot"]), [int(i) for i in req["picks"]])
+        return {"outputs": [[to_wire(a), to_wire(b)] for a, b in runs], "n_draws": side.n_draws()}
 
 
 def peaks() -> dict:

@@ -20,14 +20,30 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+import torch
+
 from fitness.baseline_child import BaselineChild, SeedBank, ShapeKey, StepClock
+from fitness.gpu_busy import BusyProbe, busy_note
 from fitness.harness import nbytes
 from fitness.launch_configs import describe, timed_configs
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
-from fitness.timing import n_sets_for, passes_for
+from fitness.timing import MAX_SETS, draws_for, n_sets_for, passes_for
 from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
 from fitness.trials import TRIAL_REPS as TRIAL_REPS
-from fitness.trials import TimingChild, TimingRejected, alternate, checked, far, fill_timed, noisy, timed_row, warm_up
+from fitness.trials import (
+    Draws,
+    TimingChild,
+    TimingRejected,
+    alternate,
+    check_plan,
+    checked,
+    enough_trials,
+    far,
+    fill_timed,
+    noisy,
+    timed_row,
+    warm_up,
+)
 from fitness.verdict import TIMING_FAILED, Verdict
 from suites.lru import BytesLRU
 from suites.script import tensors_of
@@ -54,6 +70,11 @@ DRIFT = 0.03
 # GPU ~5 s at each task's first timing and ~70% of a 12-task search's turn time.
 BASELINE_CHILDREN = 2  # the evaluator's clean baseline pool has this many places
 BASELINE_MEMORY_SHARE = 0.3  # of the GPU's memory, for all baseline children's kept sides together
+# Seeds of an epoch's draws (fitness.timing: a side holds one draw per input set and one over, as far
+# as these go). A builtin task draws on the GPU in microseconds; a script task's perf file may take
+# seconds a draw (TritonBench matmul_dequant_int4: 30 s), in the replay child of every candidate.
+FUNCTION_DRAWS = MAX_SETS + 1
+SCRIPT_DRAWS = 4
 
 
 def _shape_key(task: Task, case: dict, baseline_source: str | None) -> ShapeKey:
@@ -80,6 +101,7 @@ class MeasuringTurn:
         self.baseline_prepares_outside = 0  # ... and before it, beside another candidate's trials
         # per shape and epoch: the baseline's checked outputs
         self._oracles = BytesLRU(ORACLE_BYTES, lambda outs: nbytes(tensors_of(outs)))
+        self.busy = BusyProbe()  # other processes' work on the GPU while a shape is measured
 
     def time(self, task: Task, traces: dict, v: Verdict, replay: TimingChild, base_src: str | None = None,
              cancel: CancelCheck | None = None) -> None:
@@ -134,8 +156,8 @@ class MeasuringTurn:
             if cancel is not None and cancel():
                 raise Cancelled()
 
-    def _epoch(self, key: ShapeKey) -> dict:
-        """The draws this shape is timed on now. Both sides run the same three draws; the
+    def _epoch(self, key: ShapeKey, n_seeds: int) -> dict:
+        """The draws this shape is timed on now. Both sides run the same draws (`n_seeds`); the
         baseline child keeps its side (inputs, graph) for EPOCH_USES candidates, then fresh ones
         are drawn. Sound because only the clean processes ever see these inputs."""
         with self._epoch_lock:
@@ -144,7 +166,7 @@ class MeasuringTurn:
                 known = self._baseline_cal.get(key)
                 nth = ep["nth"] + 1 if ep else 0
                 ep = self._epochs[key] = {"id": next(self._epoch_ids), "nth": nth,
-                                          "seeds": self._seed_bank.seeds(key.task_key, nth),
+                                          "seeds": self._seed_bank.seeds(key.task_key, nth, n_seeds),
                                           "n": self._n_sets(known) if known else 0, "uses": 0}
             ep["uses"] += 1
             return dict(ep)
@@ -165,7 +187,7 @@ class MeasuringTurn:
         plans = []
         for slot, (case, _) in enumerate(timed):
             key = _shape_key(task, case, base_src)
-            ep = self._epoch(key)
+            ep = self._epoch(key, FUNCTION_DRAWS if task.script is None else SCRIPT_DRAWS)
             opening = {"op": "time_prepare", "task": self.ev.task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
                        "seeds": ep["seeds"]}
             plans.append({"slot": slot, "case": case, "epoch": ep, "opening": opening, "key": key,
@@ -199,7 +221,7 @@ class MeasuringTurn:
         with self._baseline(task.name) as child:
             b = self._baseline_open(task, plan, child, inside=False)
             if self.ev.judge(task).oracle_is_baseline:
-                plan["picks"] = self._picks(plan, b["n_sets"])
+                self._check_of(plan, int(b["n_sets"]))
                 self._oracle(plan, child)
         clock.tick("baseline")
         return int(b["n_sets"])
@@ -250,37 +272,69 @@ class MeasuringTurn:
         clock.tick("sets")
         bc = b["cal"]
         passes = passes_for(n, bc["in_bytes"], bc["t_one_ms"], bc["l2_bytes"])
+        draws = self._draws(plan, n)
         if first:
-            warm_up(sides, passes, self.ev.config.timing_timeout_s)
-        times = self._timed_trials(plan, sides, (methods["c"], n, passes))
+            warm_up(sides, passes, self.ev.config.timing_timeout_s, draws)
+        times = self._verified_trials(plan, sides, (methods["c"], n, passes), draws)
         clock.tick("trials")
-        plan["picks"] = self._picks(plan, n)
         if self.ev.judge(task).oracle_is_baseline:  # the suite's kernel is the oracle: its outputs, once per epoch
             plan["oracle"] = self._oracle(plan, sides["b"])
             clock.tick("checks")
         cal = {"c": plan["cal"], "b": b["cal"]}
         return timed_row(plan, times, methods["c"], n, cal)
 
-    def _timed_trials(self, plan: dict, sides: dict[str, TimingChild],
-                      how: tuple[str, int, int]) -> dict[str, list[float]]:
+    def _draws(self, plan: dict, n: int) -> Draws:
+        """The shape's trials' draws: how many the sides hold, the epoch's checked trial, and which
+        of this candidate's trials it is (one of those every shape runs, picked now, told no one)."""
+        rot, picks = self._check_of(plan, n)
+        at = random.SystemRandom().randrange(enough_trials(self.ev.config))
+        return Draws(draws_for(n, len(plan["epoch"]["seeds"])), rot, picks, at)
+
+    def _verified_trials(self, plan: dict, sides: dict[str, TimingChild], how: tuple[str, int, int],
+                         draws: Draws) -> dict[str, list[float]]:
+        """The trials, on a GPU no other process used meanwhile (issue 39, class 6: a neighbour's
+        work slows whichever side it meets, and a slowed baseline inflates the speedup). Where
+        another process was seen at work the shape is measured once more, both sides fully and
+        nothing kept; seen again, the timing fails. Where the GPU's processes cannot be read, the
+        baseline's kept trials are not reused (both sides share whatever slowed them) and the
+        verdict says what could not be checked."""
+        pids = {p for side in sides.values() for p in getattr(side, "pids", [])}
+        for attempt in range(2):
+            since = self.busy.start()
+            times = self._timed_trials(plan, sides, how, draws, reuse=attempt == 0 and self.busy.available())
+            seen = self.busy.foreign(since, pids)
+            if seen is None:
+                plan["busy_unverified"] = self.busy.reason
+                return times
+            if not seen:
+                return times
+            plan["busy_seen"] = busy_note(seen)
+            logger.info("the GPU was busy with %s while a shape was measured", plan["busy_seen"])
+        raise TimingRejected(f"the GPU was busy with another process while this shape was measured, twice "
+                             f"({plan['busy_seen']}): neither side's time can be trusted")
+
+    def _timed_trials(self, plan: dict, sides: dict[str, TimingChild], how: tuple[str, int, int],
+                      draws: Draws, reuse: bool = True) -> dict[str, list[float]]:
         """The candidate's trials and the baseline's: the baseline's kept ones of this epoch
         where they still hold (one tracking request of its own this turn joins them), else both
-        sides alternating fully. `how`: (method, input sets, passes), which kept trials share."""
+        sides alternating fully. `how`: (method, input sets, passes), which kept trials share.
+        `reuse`: whether kept trials may stand in (not while the GPU's idleness is unverified)."""
         _, n, passes = how
-        kept = self._kept(plan, how)
+        kept = self._kept(plan, how) if reuse else None
         if kept:
-            times = alternate(sides, n, passes, plan["turn_s"], self.ev.config, track=True)
+            times = alternate(sides, n, passes, plan["turn_s"], self.ev.config, draws, track=True)
             held = abs(statistics.median(times["b"]) / statistics.median(kept) - 1) <= DRIFT
             times["b"] = (kept + times["b"])[-BASELINE_KEPT:]
             if held and (not noisy(times) or far(times)):
                 self._keep(plan, how, times["b"], full=False)
                 plan["baseline_reused"] = True
                 return times
-        times = alternate(sides, n, passes, plan["turn_s"], self.ev.config)
+            plan["baseline_drifted"] = not held
+        times = alternate(sides, n, passes, plan["turn_s"], self.ev.config, draws)
         # once more: a swing of the clocks passes, a noisy kernel stays noisy (after a tracked round
         # that strayed, this full one is already the second)
         if noisy(times) and not kept and not far(times):
-            times = alternate(sides, n, passes, plan["turn_s"], self.ev.config)
+            times = alternate(sides, n, passes, plan["turn_s"], self.ev.config, draws)
         self._keep(plan, how, times["b"], full=True)
         return times
 
@@ -319,33 +373,53 @@ class MeasuringTurn:
         return methods
 
     def _check_replay(self, task: Task, plan: dict, replay: TimingChild) -> None:
-        """The timed replay's outputs on the third draw, against the engine's own reference or
-        the baseline's outputs of the same sets."""
-        req = {"op": "time_check", "slot": plan["slot"], "picks": plan["picks"]}
+        """The outputs one timed trial of the replay kept (picked at random, prepared like every
+        other), against the engine's own reference of each set's draw, or the baseline's outputs
+        of the same trial's sets (memory the baseline leaves unwritten is no part of them)."""
+        req = {"op": "time_check", "slot": plan["slot"]}
         outs = checked(replay.request(req, self.ev.config.timing_timeout_s), "c")["outputs"]
-        self._check_timed_outputs(task, plan["case"], plan["epoch"]["seeds"][2], outs, plan.get("oracle"))
+        rot, picks = plan["check"]
+        if len(outs) != len(picks):
+            raise TimingRejected(f"the replay kept {len(outs)} checked outputs, not {len(picks)}: no timed trial "
+                                 "of it was checked")
+        seeds = plan["epoch"]["seeds"]
+        n_draws = draws_for(plan["n_sets"], len(seeds))
+        judge = self.ev.judge(task)
+        for i, (pick, oc) in enumerate(zip(picks, outs)):
+            seed = seeds[(pick + rot) % n_draws]
+            if plan.get("oracle") is not None:
+                zero, full = plan["oracle"][i]
+                problem = judge.check_timed(plan["case"], seed, unwritten_as(oc, zero, full), zero)
+            else:
+                problem = judge.check_timed(plan["case"], seed, oc, None)
+            if problem:
+                raise TimingRejected(f"a timed trial of the replay, checked unannounced, gave a wrong result "
+                                     f"(input set {pick}): {problem}")
 
-    def _picks(self, plan: dict, n: int) -> list[int]:
-        """The input sets whose outputs are checked: drawn once per epoch (the replay is a clean
-        process that cannot see them), so the baseline's outputs serve every candidate of it."""
+    def _check_of(self, plan: dict, n: int) -> tuple[int, list[int]]:
+        """The epoch's checked trial (rotation, sets), drawn once per epoch and number of sets (the
+        replay is a clean process that cannot see it), so the baseline's outputs serve every candidate."""
+        n_draws = draws_for(n, len(plan["epoch"]["seeds"]))
         with self._epoch_lock:
             ep = self._plan_epoch(plan)
-            picks = ep.get("picks") if ep is not None else None
-            if not picks or max(picks) >= n:
-                picks = sorted({0, n - 1, random.randrange(n)})
+            check = ep.get("check") if ep is not None else None
+            if not check or check[0] != n:
+                check = (n, *check_plan(n, n_draws))
                 if ep is not None:
-                    ep["picks"] = picks
-            return picks
+                    ep["check"] = check
+        plan["check"], plan["n_sets"] = (check[1], check[2]), n
+        return check[1], check[2]
 
     def _oracle(self, plan: dict, base: TimingChild) -> list:
-        """The baseline's outputs of the picked sets on the third draw, taken inside the turn
-        once per epoch and kept (LRU, ORACLE_BYTES): H100 TritonBench, taking both sides'
+        """The baseline's outputs of the checked trial's sets (twice: fitness.timing.TimedSide.oracle),
+        taken once per epoch and kept (LRU, ORACLE_BYTES): H100 TritonBench, taking both sides'
         outputs inside every turn held 1.3 s of its 2.0 s per candidate."""
-        key = (plan["key"], plan["epoch"]["id"], tuple(plan["picks"]))
+        rot, picks = plan["check"]
+        key = (plan["key"], plan["epoch"]["id"], rot, tuple(picks))
         with self._epoch_lock:
             if key in self._oracles:
                 return self._oracles.get(key)
-        req = {"op": "time_check", "picks": plan["picks"], "drop": False, "slot": plan["base_slot"]}
+        req = {"op": "time_oracle", "picks": picks, "rot": rot, "slot": plan["base_slot"]}
         outs = checked(base.request(req, self.ev.config.timing_timeout_s), "b")["outputs"]
         with self._epoch_lock:
             self._oracles.put(key, outs)
@@ -371,15 +445,6 @@ class MeasuringTurn:
         for base in self._bases:
             base.close()
 
-    def _check_timed_outputs(self, task: Task, case: dict, seed: int, candidate: list,
-                             baseline: list | None = None) -> None:
-        """`baseline`: the baseline's outputs of the same sets, where the judge compares with them."""
-        for i, oc in enumerate(candidate):
-            problem = self.ev.judge(task).check_timed(case, seed, oc, baseline[i] if baseline else None)
-            if problem:
-                raise TimingRejected(f"the timed replay, on inputs drawn after the trials, gave a wrong result: "
-                                     f"{problem}")
-
     @property
     def peaks(self) -> dict | None:
         """Measured ceilings (copy bandwidth, bf16 matmul rate), once, in the clean baseline child."""
@@ -387,3 +452,27 @@ class MeasuringTurn:
             with self.lock, self._baseline() as child:
                 self._peak_figures = child.request({"op": "peaks"}, self.ev.config.timing_timeout_s)
         return self._peak_figures
+
+
+def unwritten_as(candidate: list, zero: list, full: list) -> list:
+    """The candidate's outputs with the elements the baseline left unwritten (they differ between
+    its call on 0x00-filled and on 0xFF-filled memory) taken from the baseline's: no part of the answer."""
+    out = []
+    for i, c in enumerate(candidate):
+        z = zero[i] if i < len(zero) else None
+        f = full[i] if i < len(full) else None
+        if not (isinstance(c, torch.Tensor) and isinstance(z, torch.Tensor) and isinstance(f, torch.Tensor)) \
+                or c.shape != z.shape or z.shape != f.shape or c.dtype != z.dtype:
+            out.append(c)
+            continue
+        out.append(torch.where(_bits(z) != _bits(f), z, c))
+    return out
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The elements as integers of their width: compared bit for bit (a NaN equals itself here)."""
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    t = t.contiguous()
+    if t.dtype == torch.bool or t.element_size() not in ints:
+        return t
+    return t.view(ints[t.element_size()])

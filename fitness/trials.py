@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 import statistics
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from fitness.verdict import Verdict, speedup_from_rows
@@ -72,25 +74,69 @@ def far(times: dict[str, list[float]]) -> bool:
     return spread(c) + spread(b) <= FAR_SHARE * abs(math.log(ratio))
 
 
-def warm_up(sides: dict[str, TimingChild], passes: int, timeout_s: float) -> None:
+_RNG = random.SystemRandom()  # the rotations and the checked trial: nothing a process can predict
+
+
+@dataclass
+class Draws:
+    """How a shape's trials use the draws: `n` draws the sides hold (fitness.timing.draws_for),
+    the rotation and sets of the epoch's checked trial, and which trial of the candidate's it is
+    this time (chosen per candidate among the trials that always run). Every other trial's
+    rotation is drawn fresh, never the previous one of the side nor the checked one."""
+
+    n: int
+    check_rot: int = 0
+    picks: list[int] = field(default_factory=list)
+    check_at: int = -1  # the candidate's trial whose outputs are kept; -1: none
+    prev: dict[str, int] = field(default_factory=dict)
+
+    def rot(self, side: str) -> int:
+        avoid = {self.prev.get(side), self.check_rot}
+        r = _RNG.choice([x for x in range(self.n) if x not in avoid] or
+                        [x for x in range(self.n) if x != self.prev.get(side)] or [0])
+        self.prev[side] = r
+        return r
+
+    def request(self, side: str, first: int, reps: int) -> dict:
+        """The rotations of trials first..first+reps-1 and, where one of them is the checked trial,
+        the sets to keep after it (once per candidate: a second round of trials is not checked again)."""
+        j = self.check_at - first if side == "c" and first <= self.check_at < first + reps else -1
+        rots = []
+        for i in range(reps):
+            rots.append(self.check_rot if i == j else self.rot(side))
+            self.prev[side] = rots[-1]
+        if j < 0:
+            return {"rots": rots}
+        self.check_at = -2  # issued
+        return {"rots": rots, "check": {"rep": j, "picks": list(self.picks)}}
+
+
+def check_plan(n_sets: int, n_draws: int) -> tuple[int, list[int]]:
+    """The epoch's checked trial: its rotation and the sets whose outputs are kept (the first, the
+    last and one at random): one per epoch, so the baseline's outputs of it serve every candidate."""
+    return _RNG.randrange(max(1, n_draws)), sorted({0, n_sets - 1, _RNG.randrange(n_sets)})
+
+
+def warm_up(sides: dict[str, TimingChild], passes: int, timeout_s: float, draws: Draws) -> None:
     """One untimed request per side as the turn begins. H100 TritonBench A/A alone: the first
     request of a turn (its 3 regions) ran 15-25% slow (2.93 against 2.58 us, 1.9 against 1.55 us),
     the next ones did not; the candidate's side, which opens round 0, took it every time."""
     for k in ("c", "b"):
-        req = {"op": "trial", "k": 0, "passes": passes, "reps": TRIAL_REPS, "warm": True}  # its times unread
+        req = {"op": "trial", "k": 0, "passes": passes, "reps": TRIAL_REPS, "warm": True,  # its times unread
+               "rots": [draws.rot(k) for _ in range(TRIAL_REPS)]}
         checked(sides[k].request(req, timeout_s), k)
 
 
 def alternate(sides: dict[str, TimingChild], n: int, passes: int, spent: dict[str, float], config: EvalConfig,
-              track: bool = False) -> dict[str, list[float]]:
+              draws: Draws, track: bool = False) -> dict[str, list[float]]:
     """Alternating requests of TRIAL_REPS trials each, the order flipped each round; the
     times a request reports must fit inside the engine's own clock for it. `track`: the
     baseline runs in the first round only (its kept trials stand for the rest). `spent` gets
     the seconds of the timed regions and of the children's handling (the rest of a
-    request's wall time is the round trip)."""
+    request's wall time is the round trip). `draws`: each trial's rotation, and the checked one."""
     times: dict[str, list[float]] = {"c": [], "b": []}
     most = config.trials
-    enough = max(min(config.min_trials, most), 2)
+    enough = enough_trials(config)
     steady = ("c",) if track else ("c", "b")
     for r in itertools.count():
         i = len(times["c"])
@@ -99,9 +145,14 @@ def alternate(sides: dict[str, TimingChild], n: int, passes: int, spent: dict[st
         reps = min(TRIAL_REPS, most - i, enough - i if i < enough else most)  # a stop can come at `enough`
         order = ("c", "b") if r % 2 == 0 else ("b", "c")
         for k in (order if not track or r == 0 else ("c",)):
-            req = {"op": "trial", "k": i, "passes": passes, "reps": reps}
+            req = {"op": "trial", "k": i, "passes": passes, "reps": reps, **draws.request(k, len(times[k]), reps)}
             times[k].extend(_one_request(sides[k], k, req, n, spent, config.timing_timeout_s))
     return times
+
+
+def enough_trials(config: EvalConfig) -> int:
+    """Trials every timed shape runs (alternate's fewest): the checked trial is one of them."""
+    return max(min(config.min_trials, config.trials), 2)
 
 
 def _one_request(child: TimingChild, side: str, req: dict, n: int, spent: dict[str, float],
@@ -159,7 +210,25 @@ def fill_timed(v: Verdict, plans: list[dict], rows: list[dict], marks: list[floa
                 f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}"
                 + (f"; the baseline's median over its last trials of this epoch's draws on {kept} of "
                    f"{len(v.times)} shapes (it ran beside this candidate too)" if kept else "")
+                + "; one trial of the replay per shape, picked unannounced, checked on its outputs"
                 + f"; {t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
+    _note_gpu(v, plans)
     if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY for r in v.times):
         v.flags.append("noisy-timing")
     v.stage = "timed"
+
+
+def _note_gpu(v: Verdict, plans: list[dict]) -> None:
+    """What the verdict may claim about the GPU's other processes (fitness.gpu_busy): a shape
+    measured again after another process was seen at work, or the check that could not run. An
+    unverified turn is not failed (no GPU machine would time anything without NVML) but claims
+    less: its baseline ran beside this candidate on every shape, so whatever slowed one side met
+    the other, and the flag says so."""
+    again = [p["busy_seen"] for p in plans if p.get("busy_seen")]
+    if again:
+        v.timing += f"; measured again after the GPU was busy with {'; '.join(sorted(set(again)))}"
+    reasons = sorted({p["busy_unverified"] for p in plans if p.get("busy_unverified")})
+    if reasons:
+        v.timing += (f"; {reasons[0]}: nothing shows the GPU was idle but for the two sides, so the "
+                     "baseline's kept trials were not reused")
+        v.flags.append("gpu-idle-unverified")

@@ -20,8 +20,11 @@ def test_a_call_that_cannot_be_captured_is_timed_eagerly_and_its_random_draws_st
     assert side.prepare(4, graph=True) == "eager"
     assert side.uncapturable
     assert side.trial(0) > 0 and side.trial(1) > 0
-    first, again = side.check([0, 2]), side.check([0, 2])
-    assert torch.equal(first[0][0], again[0][0])  # each checked call starts from the same seed
+    side.trial(2, picks=[0, 2])
+    first = side.checked()
+    side.trial(2, picks=[0, 2])
+    again = side.checked()
+    assert torch.equal(first[0][0], again[0][0])  # every pass starts from the same seed
     assert torch.randn(4, device="cuda").isfinite().all()  # the process's generator is usable after the failed capture
 
 
@@ -48,7 +51,8 @@ def test_the_checked_outputs_are_the_call_s_tensors_flattened_as_a_recorded_trac
     side = TimedSide(_tuple_with_non_tensors, draws)
     side.calibrate()
     side.prepare(2, graph)
-    (out,) = side.check([1])
+    side.trial(1, picks=[1])  # set 1 holds draw (1 + 1) % 3
+    (out,) = side.checked()
     expected = draws[2][0].cpu()
     assert len(out) == 2 and torch.equal(out[0], expected * 2) and torch.equal(out[1], expected + 1)
 
@@ -60,7 +64,8 @@ def test_an_output_that_is_an_autograd_view_of_an_input_can_be_refilled_and_chec
     side.calibrate()
     side.prepare(2, graph=True)
     side.trial(0)
-    (out,) = side.check([0])
+    side.trial(2, picks=[0])  # set 0 holds draw 2; the output, a view of it, is never scrambled
+    (out,) = side.checked()
     assert torch.equal(out[0], draws[2][0].detach().cpu().view(-1))
 
 
@@ -70,8 +75,11 @@ class _CountingSide:
     def __init__(self, region_ms):
         self.region_ms, self.ran = region_ms, []
 
-    def trial(self, k: int, passes: int = 1) -> float:
-        self.ran.append(k)
+    def n_draws(self) -> int:
+        return 9
+
+    def trial(self, rot: int, passes: int = 1, picks: list | None = None) -> float:
+        self.ran.append(rot)
         return 0.001
 
 
@@ -81,7 +89,7 @@ def test_a_request_of_short_regions_runs_one_untimed_on_the_other_draw_first(reg
     from fitness.child_timing import PreparedSides
     sides = PreparedSides()
     sides.side = _CountingSide(region_ms)
-    reply = sides.trial({"k": 4, "passes": 1, "reps": 3})
+    reply = sides.trial({"k": 0, "passes": 1, "reps": 3, "rots": [4, 5, 6]})
     assert sides.side.ran == ran and len(reply["ms"]) == 3  # the untimed region's time is not reported
 
 

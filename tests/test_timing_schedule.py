@@ -10,7 +10,9 @@ import pytest
 import fitness.measuring as measuring
 from fitness.evaluator import EvalConfig, Evaluator
 from fitness.harness import draw_inputs
+from fitness.gpu_busy import BusyProbe
 from fitness.measuring import TRIAL_REPS, MeasuringTurn
+from fitness.timing import draws_for
 from fitness.verdict import Verdict
 from suites.script import to_wire
 
@@ -19,8 +21,9 @@ CASE = {"split": "tuning", "shape": {"M": 4, "N": 8}, "dtype": "float32", "seed"
 
 class StandIn:
     """A timing child: `ms` per input set; `capture`: whether its region can be a CUDA graph;
-    `stale`: its checked outputs come from the first draw instead of the third (a kernel that
-    kept an old answer); `ms` may be a list, answered in turn (a noisy side)."""
+    `stale`: its checked outputs are those of the draw its set held the trial before (a kernel
+    that kept an old answer); `ms` may be a list, answered in turn (a noisy side). Its outputs
+    are the task's reference of the draw each set held, (set + rotation) % draws."""
 
     def __init__(self, task, ms=0.001, capture=True, stale=False, in_bytes=128):
         self.task, self.ms, self.capture, self.stale, self.in_bytes = task, ms, capture, stale, in_bytes
@@ -30,6 +33,7 @@ class StandIn:
         self.sides: dict[str, dict] = {}
         self.current: dict | None = None
         self.seeds: list[list[int]] = []  # the draws of every shape it prepared
+        self.rots: list[int] = []  # every timed trial's rotation, in order
 
     def request(self, msg: dict, timeout: float) -> dict:
         op, slot = msg["op"], str(msg.get("slot"))
@@ -55,20 +59,31 @@ class StandIn:
                 self.warm.append(len(self.trials))
                 return {"ms": [self.ms if not isinstance(self.ms, list) else self.ms[0]] * msg["reps"]}
             out = []
-            for _ in range(msg.get("reps", 1)):
+            for j, rot in enumerate(msg["rots"]):
                 self.trials.append(msg)
+                if msg.get("check") and msg["check"]["rep"] == j:
+                    was = self.rots[-1] if self.stale and self.rots else rot
+                    self.current["held"] = [self.outputs(self.current, i, was) for i in msg["check"]["picks"]]
+                self.rots.append(rot)
                 out.append(self.ms[(len(self.trials) - 1) % len(self.ms)] if isinstance(self.ms, list) else self.ms)
             return {"ms": out}
         if op == "time_check":
-            side = self.sides[slot]
-            seed = side["seeds"][0 if self.stale else 2]
-            out = self.task.reference(*draw_inputs(self.task, {**side["case"], "seed": seed}, seed))
+            held = self.sides[slot].pop("held", [])
             if msg.get("drop", True):
                 del self.sides[slot]
-            return {"outputs": [[to_wire(out)] for _ in msg["picks"]]}
+            return {"outputs": held}
+        if op == "time_oracle":
+            side = self.sides[slot]
+            outs = [self.outputs(side, i, msg["rot"]) for i in msg["picks"]]
+            return {"outputs": [[o, o] for o in outs]}
         if op == "peaks":
             return {"bandwidth_Bps": 3e12, "flops": 1e15}
         raise AssertionError(f"unexpected request {op}")
+
+    def outputs(self, side: dict, i: int, rot: int) -> list:
+        """The reference's outputs of input set `i` in a trial of rotation `rot`."""
+        seed = side["seeds"][(i + rot) % draws_for(side["n"], len(side["seeds"]))]
+        return [to_wire(self.task.reference(*draw_inputs(self.task, {**side["case"], "seed": seed}, seed)))]
 
     def ops(self) -> list[str]:
         return [op for op, _ in self.calls]
@@ -81,6 +96,7 @@ def stand_in_evaluator(task, **config):
     e = Evaluator(EvalConfig(workers=1, sandbox=False, **config))
     try:
         e.gpu, e.turn = True, MeasuringTurn(e, None)
+        e.turn.busy = BusyProbe(lambda since: [])  # NVML's stand-in: no other process on the GPU
         e.base = StandIn(task)
         e.turn.baseline_side = lambda *a: e.base
         yield e
@@ -139,7 +155,7 @@ def test_a_task_s_shapes_share_each_epoch_s_fresh_draws(ev, builtin, monkeypatch
         assert v.stage == "timed", v.reason
         per_candidate.append(replay.seeds)
     for seeds in per_candidate:  # both shapes of one candidate: one epoch's seeds
-        assert seeds[0] == seeds[1] and len(set(seeds[0])) == 3
+        assert seeds[0] == seeds[1] and len(set(seeds[0])) == measuring.FUNCTION_DRAWS
     assert per_candidate[0] == per_candidate[1] and set(per_candidate[2][0]).isdisjoint(per_candidate[0][0])
 
 
@@ -161,7 +177,7 @@ def test_a_timed_replay_whose_outputs_are_stale_is_refused(ev, builtin):
     task = builtin["softmax"]
     v = _time(ev, task, StandIn(task, stale=True))
     assert v.stage != "timed" and not v.correct
-    assert "the timed replay, on inputs drawn after the trials, gave a wrong result" in v.reason
+    assert "a timed trial of the replay, checked unannounced, gave a wrong result" in v.reason
 
 
 def test_a_noisy_shape_is_timed_once_more_and_the_second_round_counts(ev, builtin):
@@ -277,7 +293,7 @@ def test_where_the_baseline_is_the_oracle_its_outputs_are_taken_once_per_epoch(e
         c, b, task.tolerance, slack=1.0, path="output"))
     first, second = StandIn(task), StandIn(task)
     assert _time(ev, task, first).stage == "timed" and _time(ev, task, second).stage == "timed"
-    assert ev.base.ops().count("time_check") == 1
+    assert ev.base.ops().count("time_oracle") == 1
     assert second.ops()[-1] == "time_check" and second.ops().index("trial") < second.ops().index("time_check")
     v = _time(ev, task, StandIn(task, stale=True))
     assert v.stage != "timed" and "gave a wrong result" in v.reason
