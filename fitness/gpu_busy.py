@@ -90,7 +90,8 @@ class BusyProbe:
         return self._sampler
 
     def available(self) -> bool:
-        return self._get() is not None
+        """Whether the samples can be read (as far as is known: a failed read is remembered)."""
+        return self._get() is not None and not self.reason
 
     def start(self) -> int:
         """The window's start, in the driver's clock."""

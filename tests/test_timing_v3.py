@@ -1,0 +1,239 @@
+"""Issue 39, classes 3 and 6, on CPU: timing that cannot be memoized (which draw each input set
+holds, fresh output bytes before every pass, the unannounced checked trial, calibration on
+distinct draws) and a baseline whose measurement is verified (re-measured when it drifts, the
+GPU's other processes read through a stand-in for NVML). TimedSide runs its eager path on the
+CPU; the measuring turn runs with the stand-in children of tests/test_timing_schedule.py."""
+import pytest
+import torch
+
+import fitness.measuring as measuring
+from fitness.gpu_busy import BusyProbe, Sample, busy_note
+from fitness.measuring import TRIAL_REPS, unwritten_as
+from fitness.timing import TimedSide, assignment, draws_for, scramble_targets
+from fitness.trials import Draws, check_plan
+from fitness.verdict import Verdict
+from tests.test_timing_schedule import CASE, StandIn, stand_in_evaluator
+
+
+def _draws(n: int, size: int = 64) -> list[tuple]:
+    return [(torch.full((size,), float(k)),) for k in range(n)]
+
+
+def _double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+# -- which draw each set holds -----------------------------------------------------------------
+def test_every_set_of_a_region_holds_its_own_draw_and_a_new_one_each_trial():
+    side = TimedSide(_double, _draws(4), n_seeds=9, more=lambda k: (torch.full((64,), float(k)),))
+    side.calibrate()
+    side.prepare(8, graph=False)
+    assert len(side.draws) == draws_for(8, 9) == 9  # one per set and one over, drawn as the sets need them
+    before = None
+    for rot in (3, 7, 0):
+        side.trial(rot)
+        held = [int(s[0][0]) for s in side.sets]
+        assert held == assignment(8, 9, rot) and len(set(held)) == 8
+        if before is not None:
+            assert all(a != b for a, b in zip(held, before))  # no set keeps the draw it held
+        before = held
+
+
+def test_the_engine_never_repeats_a_side_s_rotation_and_keeps_the_checked_one_for_its_trial():
+    d = Draws(n=5, check_rot=2, picks=[0, 3], check_at=4)
+    rots, checks = [], []
+    for first in range(0, 9, 3):
+        msg = d.request("c", first, 3)
+        rots += msg["rots"]
+        checks.append(msg.get("check"))
+    assert rots[4] == 2 and [r for i, r in enumerate(rots) if i != 4].count(2) == 0
+    assert all(a != b for a, b in zip(rots, rots[1:]))
+    assert checks == [None, {"rep": 1, "picks": [0, 3]}, None]
+    again = d.request("c", 3, 3)  # a second round of trials (a noisy shape): not checked again
+    assert "check" not in again and 2 not in again["rots"]
+    assert all("check" not in Draws(n=5, check_rot=2, picks=[0], check_at=1).request("b", 0, 3) for _ in range(3))
+
+
+def test_the_checked_trial_is_drawn_per_epoch_among_all_sets_and_draws():
+    seen_rots, seen_mid = set(), set()
+    for _ in range(200):
+        rot, picks = check_plan(8, 9)
+        assert picks[0] == 0 and picks[-1] == 7 and 0 <= rot < 9
+        seen_rots.add(rot)
+        seen_mid.update(picks)
+    assert len(seen_rots) == 9 and len(seen_mid) == 8
+
+
+# -- fresh output bytes before every pass --------------------------------------------------------
+class _OutputMemo:
+    """A kernel that remembers: its output is one buffer per input set (as a graph's are, or as
+    the allocator hands back), and it skips the work when that buffer already holds the answer."""
+
+    def __init__(self):
+        self.bufs: dict[int, torch.Tensor] = {}
+        self.computed = 0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.bufs.setdefault(x.data_ptr(), torch.empty_like(x))
+        if not torch.equal(out, x * 2):
+            out.copy_(x * 2)
+            self.computed += 1
+        return out
+
+
+@pytest.mark.parametrize("scrambled", [True, False])
+def test_a_kernel_that_finds_its_last_answer_in_its_outputs_computes_every_pass(scrambled, monkeypatch):
+    import fitness.timing as timing
+    if not scrambled:  # the hole: passes repeat into the same output buffers
+        monkeypatch.setattr(timing, "scramble", lambda views: None)
+    memo = _OutputMemo()
+    side = TimedSide(memo, _draws(5), n_seeds=5)
+    side.prepare(4, graph=False)
+    memo.computed = 0
+    side.trial(1, passes=3)
+    assert memo.computed == (12 if scrambled else 4)
+
+
+def test_scrambling_leaves_out_an_output_that_is_an_input_and_takes_a_storage_once():
+    x, y = torch.zeros(8), torch.zeros(16)
+    views = scramble_targets([x.view(2, 4), y[:8], y[8:], None], [(x,)])
+    assert len(views) == 1 and views[0].numel() == y.numel() * 4
+
+
+def test_calibration_calls_each_run_on_a_draw_of_their_own():
+    seen = []
+
+    def fn(x):
+        seen.append(float(x[0]))
+        return x + 1
+    TimedSide(fn, _draws(4), n_seeds=4).calibrate()
+    assert seen == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_the_checked_trial_keeps_the_outputs_of_the_picked_sets_of_their_draws():
+    side = TimedSide(_double, _draws(5), n_seeds=5)
+    side.prepare(4, graph=False)
+    side.trial(2)
+    assert side.held == []  # an ordinary trial keeps nothing
+    side.trial(3, passes=2, picks=[0, 3])
+    out = side.checked()
+    assert [float(o[0][0]) for o in out] == [2.0 * 3, 2.0 * ((3 + 3) % 5)]
+
+
+def test_the_baseline_s_unwritten_memory_is_no_part_of_what_the_candidate_must_match():
+    def half(x):  # leaves the second half of its output as it found it
+        out = torch.empty_like(x)
+        out[: x.numel() // 2] = x[: x.numel() // 2]
+        return out
+    side = TimedSide(half, _draws(3, size=8), n_seeds=3)
+    side.prepare(2, graph=False)
+    ((zero, full),) = side.oracle(1, [1])
+    assert torch.equal(zero[0][:4], full[0][:4]) and not torch.equal(zero[0][4:], full[0][4:])
+    candidate = [torch.cat([torch.full((4,), 2.0), torch.full((4,), 123.0)])]
+    assert torch.equal(unwritten_as(candidate, zero, full)[0], zero[0])
+    wrong = [torch.full((8,), 7.0)]
+    assert not torch.equal(unwritten_as(wrong, zero, full)[0][:4], zero[0][:4])
+
+
+# -- the measuring turn: checks, drift, the GPU's other processes ----------------------------------
+def _time(e, task, replay) -> Verdict:
+    v = Verdict(task=task.name, stage="correct", correct=True, heldout_correct=True)
+    e.turn.time(task, {"k": (CASE, {"trace": "stand-in"})}, v, replay)
+    return v
+
+
+@pytest.fixture()
+def ev(builtin):
+    with stand_in_evaluator(builtin["softmax"], trials=5) as e:
+        yield e
+
+
+def test_one_trial_per_shape_is_checked_and_where_it_falls_varies(ev, builtin):
+    task = builtin["softmax"]
+    where = set()
+    for _ in range(12):
+        replay = StandIn(task)
+        assert _time(ev, task, replay).stage == "timed"
+        checked = [m for m in replay.trials if m.get("check")]
+        assert len({id(m) for m in checked}) == 1
+        where.add(next(i for i, m in enumerate(replay.trials) if m.get("check")))
+    assert len(where) > 1
+
+
+def test_a_replay_that_returns_the_last_trial_s_answer_is_refused(ev, builtin):
+    task = builtin["softmax"]
+    v = _time(ev, task, StandIn(task, stale=True))
+    assert v.stage != "timed" and "checked unannounced, gave a wrong result" in v.reason
+
+
+def test_a_baseline_whose_time_drifts_from_its_kept_trials_is_measured_again(ev, builtin):
+    task = builtin["softmax"]
+    assert _time(ev, task, StandIn(task)).stage == "timed"
+    assert _time(ev, task, StandIn(task)).times[0]["baseline_kept"]
+    ev.base.ms = 0.001 * 1.5  # a neighbour slowed the GPU under the baseline
+    before = len(ev.base.trials)
+    v = _time(ev, task, StandIn(task))
+    assert not v.times[0]["baseline_kept"] and len(ev.base.trials) - before > TRIAL_REPS
+    assert v.times[0]["baseline_ms"] == pytest.approx(0.0015)
+
+
+class _Nvml:
+    """NVML's stand-in: per call, the samples of other processes it reports."""
+
+    def __init__(self, busy: list[bool], pid: int = 4242):
+        self.busy, self.pid, self.calls = list(busy), pid, 0
+
+    def __call__(self, since_us: int) -> list[Sample]:
+        self.calls += 1
+        on = self.busy.pop(0) if self.busy else False
+        return [Sample(self.pid, 90, since_us + 10)] if on else []
+
+
+def test_a_shape_measured_while_another_process_kept_the_gpu_busy_is_measured_again(ev, builtin):
+    task = builtin["softmax"]
+    ev.turn.busy = BusyProbe(_Nvml([True, False]))
+    v = _time(ev, task, StandIn(task))
+    assert v.stage == "timed" and "measured again after the GPU was busy with pid 4242 (SMs 90%)" in v.timing
+
+
+def test_busy_twice_the_timing_is_refused(ev, builtin):
+    task = builtin["softmax"]
+    ev.turn.busy = BusyProbe(_Nvml([True, True]))
+    v = _time(ev, task, StandIn(task))
+    assert v.stage != "timed" and not v.correct
+    assert "the GPU was busy with another process while this shape was measured, twice" in v.reason
+
+
+def test_the_turn_s_own_children_and_idle_processes_are_not_foreign(ev, builtin):
+    task = builtin["softmax"]
+    replay = StandIn(task)
+    replay.pids = [4242]  # a ChildProcess knows its pids
+    ev.turn.busy = BusyProbe(_Nvml([True] * 10, pid=4242))
+    assert _time(ev, task, replay).stage == "timed"
+    probe = BusyProbe(lambda since: [Sample(1, 2, since + 1), Sample(2, 50, since - 1)])
+    assert probe.foreign(100, set()) == []  # 2% busy; a sample from before the window
+    assert busy_note([Sample(7, 10, 0), Sample(7, 30, 1), Sample(3, 5, 2)]) == "pid 3 (SMs 5%), pid 7 (SMs 30%)"
+
+
+def test_where_the_gpu_s_processes_cannot_be_read_the_verdict_says_so_and_keeps_no_baseline(ev, builtin):
+    task = builtin["softmax"]
+
+    def missing(since):
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+    ev.turn.busy = BusyProbe(missing)
+    first, second = _time(ev, task, StandIn(task)), _time(ev, task, StandIn(task))
+    for v in (first, second):
+        assert v.stage == "timed" and "gpu-idle-unverified" in v.flags
+        assert "could not be read (NVML: libnvidia-ml.so.1" in v.timing and "were not reused" in v.timing
+    assert not second.times[0]["baseline_kept"]
+
+
+def test_nvml_missing_is_a_reason_not_an_error(monkeypatch):
+    import fitness.gpu_busy as gpu_busy
+
+    def no_lib():
+        raise OSError("no libnvidia-ml here")
+    monkeypatch.setattr(gpu_busy, "nvml_sampler", no_lib)
+    probe = BusyProbe()
+    assert not probe.available() and probe.foreign(0, set()) is None and "no libnvidia-ml here" in probe.reason
+    assert measuring.FUNCTION_DRAWS > measuring.SCRIPT_DRAWS >= 3
