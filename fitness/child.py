@@ -259,8 +259,11 @@ class Child(ScriptSide):
         case, seeds = req["case"], [int(s) for s in req["seeds"]]
         t0 = time.perf_counter()
 
+        def draw_seed(seed: int) -> tuple:
+            return tuple(to_device(a, "cuda") for a in draw_inputs(task, case, seed, "cuda"))
+
         def draw(k: int) -> tuple:  # the k-th of the engine's seeds, on the GPU
-            return tuple(to_device(a, "cuda") for a in draw_inputs(task, case, seeds[k], "cuda"))
+            return draw_seed(seeds[k])
         draws = [draw(k) for k in range(min(CAL_DRAWS, len(seeds)))]  # the rest when the sets need them
         torch.cuda.empty_cache()  # the draws' temporaries: a long-lived baseline child keeps only its sides
         t0 = self._tick("draws", t0)
@@ -276,7 +279,7 @@ class Child(ScriptSide):
 
             def cost() -> list:  # the cost model is suite code: the clean side runs it
                 return list(task.cost(case["shape"], case["dtype"]))
-        return self.timing.prepare(str(req["slot"]), TimedSide(fn, draws, len(seeds), draw), cost)
+        return self.timing.prepare(str(req["slot"]), TimedSide(fn, draws, len(seeds), draw, draw_seed), cost)
 
     def _baseline(self, task: Task, baseline_source: str | None) -> Callable[..., Any]:
         if task.script is not None:

@@ -82,10 +82,12 @@ class PreparedSides:
         return {"method": method, "n_draws": side.n_draws()}
 
     def trial(self, req: dict) -> dict:
-        """`reps` timed trials back to back, trial j on rotation rots[j] of the draws (the engine's
-        choice): one round trip for several. `check`: {"rep": j, "picks": sets} keeps those sets'
-        outputs after trial j, for the time_check request after the turn."""
+        """`reps` timed trials back to back, trial j on rotation rots[j] of the draws, or on fresh
+        draws of key fresh[j] (the engine's choice): one round trip for several. `check`:
+        {"rep": j, "picks": sets} keeps those sets' outputs after trial j, for the time_check
+        request after the turn."""
         passes, rots = int(req.get("passes", 1)), [int(r) for r in req["rots"]]
+        fresh = req.get("fresh") or [None] * len(rots)  # a trial of fresh draws: its key
         check = req.get("check") or {}
         if self.side is None:
             raise RuntimeError("a trial before the measuring turn opened a side")
@@ -96,7 +98,7 @@ class PreparedSides:
         ms = []
         for j, rot in enumerate(rots):
             picks = [int(i) for i in check["picks"]] if check and int(check["rep"]) == j else None
-            ms.append(side.trial(rot, passes, picks))
+            ms.append(side.trial(rot, passes, picks, None if fresh[j] is None else int(fresh[j])))
         return {"ms": ms}
 
     def check(self, req: dict) -> dict:

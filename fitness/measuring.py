@@ -25,9 +25,10 @@ import torch
 from fitness.baseline_child import BaselineChild, SeedBank, ShapeKey, StepClock
 from fitness.gpu_busy import BusyProbe, busy_note
 from fitness.harness import nbytes
+from fitness.judges import fresh_seed
 from fitness.launch_configs import describe, timed_configs
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
-from fitness.timing import MAX_SETS, draws_for, n_sets_for, passes_for
+from fitness.timing import FRESH_MAX_SETS, MAX_SETS, draws_for, n_sets_for, passes_for
 from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
 from fitness.trials import TRIAL_REPS as TRIAL_REPS
 from fitness.trials import (
@@ -156,10 +157,11 @@ class MeasuringTurn:
             if cancel is not None and cancel():
                 raise Cancelled()
 
-    def _epoch(self, key: ShapeKey, n_seeds: int) -> dict:
+    def _epoch(self, key: ShapeKey, n_seeds: int, fresh: bool = False) -> dict:
         """The draws this shape is timed on now. Both sides run the same draws (`n_seeds`); the
         baseline child keeps its side (inputs, graph) for EPOCH_USES candidates, then fresh ones
-        are drawn. Sound because only the clean processes ever see these inputs."""
+        are drawn. Sound because only the clean processes ever see these inputs. `fresh`: the task
+        draws on the GPU, so a region of few sets can take fresh draws every trial (fitness.timing)."""
         with self._epoch_lock:
             ep = self._epochs.get(key)
             if ep is None or ep["uses"] >= EPOCH_USES:
@@ -167,7 +169,8 @@ class MeasuringTurn:
                 nth = ep["nth"] + 1 if ep else 0
                 ep = self._epochs[key] = {"id": next(self._epoch_ids), "nth": nth,
                                           "seeds": self._seed_bank.seeds(key.task_key, nth, n_seeds),
-                                          "n": self._n_sets(known) if known else 0, "uses": 0}
+                                          "n": self._n_sets(known) if known else 0, "uses": 0,
+                                          "fresh": fresh_seed() if fresh else None}
             ep["uses"] += 1
             return dict(ep)
 
@@ -187,7 +190,8 @@ class MeasuringTurn:
         plans = []
         for slot, (case, _) in enumerate(timed):
             key = _shape_key(task, case, base_src)
-            ep = self._epoch(key, FUNCTION_DRAWS if task.script is None else SCRIPT_DRAWS)
+            ep = self._epoch(key, FUNCTION_DRAWS if task.script is None else SCRIPT_DRAWS,
+                             task.script is None and task.device_inputs)
             opening = {"op": "time_prepare", "task": self.ev.task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
                        "seeds": ep["seeds"]}
             plans.append({"slot": slot, "case": case, "epoch": ep, "opening": opening, "key": key,
@@ -288,7 +292,8 @@ class MeasuringTurn:
         of this candidate's trials it is (one of those every shape runs, picked now, told no one)."""
         rot, picks = self._check_of(plan, n)
         at = random.SystemRandom().randrange(enough_trials(self.ev.config))
-        return Draws(draws_for(n, len(plan["epoch"]["seeds"])), rot, picks, at)
+        fresh = plan["epoch"].get("fresh") if n <= FRESH_MAX_SETS else None
+        return Draws(draws_for(n, len(plan["epoch"]["seeds"])), rot, picks, at, fresh)
 
     def _verified_trials(self, plan: dict, sides: dict[str, TimingChild], how: tuple[str, int, int],
                          draws: Draws) -> dict[str, list[float]]:

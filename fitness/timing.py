@@ -17,7 +17,11 @@ Nothing a kernel can remember is worth remembering (issue 39, class 3):
   the allocator, whose next call takes that memory), so no answer is left where a call writes;
 - the outputs of a few sets are copied after one trial the engine picks at random, a trial
   prepared exactly like every other: the checked replays are a sample nothing announces;
-- calibration's calls run on distinct draws.
+- calibration's calls run on distinct draws;
+- where a region holds few sets (FRESH_MAX_SETS: large inputs, long calls, where a remembered
+  answer saves the most and a table of a few of them is cheap) and the task draws on the GPU,
+  every trial but the checked one gets draws never used before, from seeds the engine derives
+  per epoch and trial (the same on both sides): a table of answers, however large, never hits.
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ REGION_MS = 1.0  # a region's length when one pass over the sets evicts L2 and c
 # shapes: ~30 s of the GPU's turn per candidate, 55% of a 14-task search's.
 REGION_CAP_MS = 10.0
 CHECK_SEED = 1234  # the RNG seed every pass of both sides starts from (a wrapper that draws random numbers)
+FRESH_MAX_SETS = 8  # regions of this many sets or fewer get fresh draws every trial (the engine's choice)
 CAL_DRAWS = 4  # draws made as a side is prepared: calibration's warm-up call and three timed ones, each its own
 # The GPU held busy (a spin of this many clock cycles, ~0.1 ms) before a region's start event, so
 # the region is queued whole before it begins: a start event the GPU reaches while this process
@@ -91,6 +96,11 @@ def draws_for(n_sets: int, n_seeds: int) -> int:
 def assignment(n_sets: int, n_draws: int, rot: int) -> list[int]:
     """The draw each input set holds in a trial of rotation `rot`: distinct while n_sets <= n_draws."""
     return [(i + rot) % n_draws for i in range(n_sets)]
+
+
+def fresh_seed_of(key: int, i: int) -> int:
+    """The seed of set `i`'s draw in a trial of fresh draws `key` (both sides derive the same)."""
+    return (key * 1_000_003 + i * 7_919 + 1) % (2**31 - 1)
 
 
 def _byte_view(s: torch.UntypedStorage) -> torch.Tensor:
@@ -209,10 +219,11 @@ def _fresh_seed() -> None:
 
 class TimedSide:
     def __init__(self, fn, draws: list[tuple], n_seeds: int | None = None,
-                 more: Callable[[int], tuple] | None = None):
+                 more: Callable[[int], tuple] | None = None, fresh: Callable[[int], tuple] | None = None):
         """`draws`: the side's first draws (device inputs); `more(k)`: the k-th draw of the engine's
-        seeds, made when the input sets need it (`n_seeds` of them in all)."""
-        self.fn, self.draws, self.more = fn, list(draws), more
+        seeds, made when the input sets need it (`n_seeds` of them in all); `fresh(seed)`: a draw
+        from any seed, for trials of fresh draws."""
+        self.fn, self.draws, self.more, self.fresh = fn, list(draws), more, fresh
         self.n_seeds = n_seeds or len(draws)
         first = next((a for a in tensors_of(self.draws[0]) if isinstance(a, torch.Tensor)), None)
         self.cuda = first is not None and first.device.type == "cuda"
@@ -325,13 +336,17 @@ class TimedSide:
         except Exception:  # noqa: BLE001 - the eager launches do the same
             return lambda: scramble(views)
 
-    def trial(self, rot: int, passes: int = 1, picks: list[int] | None = None) -> float:
-        """ms per input set of one trial: every set filled with its draw of rotation `rot`, then
-        `passes` passes over the sets, each timed alone after fresh bytes went into the outputs.
-        `picks`: the sets whose outputs are kept (self.held) after the last pass; nothing else
-        about the trial differs, so nothing in it says it is checked."""
-        self.rots.append(rot)
-        _fill_each(self.sets, [self.draws[d] for d in assignment(len(self.sets), self.n_draws(), rot)])
+    def trial(self, rot: int, passes: int = 1, picks: list[int] | None = None, fresh: int | None = None) -> float:
+        """ms per input set of one trial: every set filled with its draw of rotation `rot` (or,
+        given `fresh`, a draw of its own from seeds no trial used before), then `passes` passes
+        over the sets, each timed alone after fresh bytes went into the outputs. `picks`: the
+        sets whose outputs are kept (self.held) after the last pass; nothing else about the
+        trial differs, so nothing in it says it is checked."""
+        self.rots.append(rot if fresh is None else -1)
+        if fresh is not None and self.fresh is not None:
+            _fill_each(self.sets, [self.fresh(fresh_seed_of(fresh, i)) for i in range(len(self.sets))])
+        else:
+            _fill_each(self.sets, [self.draws[d] for d in assignment(len(self.sets), self.n_draws(), rot)])
         if self.flush_buf is not None:
             self.flush_buf.zero_()
         total = 0.0

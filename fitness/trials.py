@@ -88,7 +88,9 @@ class Draws:
     check_rot: int = 0
     picks: list[int] = field(default_factory=list)
     check_at: int = -1  # the candidate's trial whose outputs are kept; -1: none
+    fresh_base: int | None = None  # trials of fresh draws: a side's k-th trial has key fresh_base + k
     prev: dict[str, int] = field(default_factory=dict)
+    issued: dict[str, int] = field(default_factory=dict)  # trials asked of each side so far
 
     def rot(self, side: str) -> int:
         avoid = {self.prev.get(side), self.check_rot}
@@ -105,10 +107,15 @@ class Draws:
         for i in range(reps):
             rots.append(self.check_rot if i == j else self.rot(side))
             self.prev[side] = rots[-1]
-        if j < 0:
-            return {"rots": rots}
-        self.check_at = -2  # issued
-        return {"rots": rots, "check": {"rep": j, "picks": list(self.picks)}}
+        msg: dict = {"rots": rots}
+        if self.fresh_base is not None:  # every trial but the checked one on draws no trial had
+            start = self.issued.get(side, 0)  # counted over every round: a second one draws anew too
+            msg["fresh"] = [None if i == j else (self.fresh_base + start + i) % (2**31 - 1) for i in range(reps)]
+            self.issued[side] = start + reps
+        if j >= 0:
+            self.check_at = -2  # issued
+            msg["check"] = {"rep": j, "picks": list(self.picks)}
+        return msg
 
 
 def check_plan(n_sets: int, n_draws: int) -> tuple[int, list[int]]:

@@ -78,7 +78,7 @@ class _CountingSide:
     def n_draws(self) -> int:
         return 9
 
-    def trial(self, rot: int, passes: int = 1, picks: list | None = None) -> float:
+    def trial(self, rot: int, passes: int = 1, picks: list | None = None, fresh: int | None = None) -> float:
         self.ran.append(rot)
         return 0.001
 

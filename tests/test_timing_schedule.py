@@ -9,8 +9,8 @@ import pytest
 
 import fitness.measuring as measuring
 from fitness.evaluator import EvalConfig, Evaluator
-from fitness.harness import draw_inputs
 from fitness.gpu_busy import BusyProbe
+from fitness.harness import draw_inputs
 from fitness.measuring import TRIAL_REPS, MeasuringTurn
 from fitness.timing import draws_for
 from fitness.verdict import Verdict
@@ -62,7 +62,7 @@ class StandIn:
             for j, rot in enumerate(msg["rots"]):
                 self.trials.append(msg)
                 if msg.get("check") and msg["check"]["rep"] == j:
-                    was = self.rots[-1] if self.stale and self.rots else rot
+                    was = (self.rots[-1] if self.rots else rot + 1) if self.stale else rot
                     self.current["held"] = [self.outputs(self.current, i, was) for i in msg["check"]["picks"]]
                 self.rots.append(rot)
                 out.append(self.ms[(len(self.trials) - 1) % len(self.ms)] if isinstance(self.ms, list) else self.ms)

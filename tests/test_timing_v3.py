@@ -237,3 +237,70 @@ def test_nvml_missing_is_a_reason_not_an_error(monkeypatch):
     probe = BusyProbe()
     assert not probe.available() and probe.foreign(0, set()) is None and "no libnvidia-ml here" in probe.reason
     assert measuring.FUNCTION_DRAWS > measuring.SCRIPT_DRAWS >= 3
+
+
+# -- fresh draws for regions of few sets ------------------------------------------------------------
+class _TableMemo:
+    """A kernel with a table of every answer it gave, keyed by its input's contents (scratch
+    memory of its own, as large as it likes): it computes only what it never saw."""
+
+    def __init__(self):
+        self.table: dict[bytes, torch.Tensor] = {}
+        self.computed = 0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        key = x.numpy().tobytes()
+        if key not in self.table:
+            self.table[key] = x * 2
+            self.computed += 1
+        return self.table[key].clone()
+
+
+def _fresh(seed: int) -> tuple:
+    return (torch.randn(64, generator=torch.Generator().manual_seed(seed)),)
+
+
+def test_a_table_of_answers_hits_on_a_rotated_pool_and_never_on_fresh_draws():
+    memo = _TableMemo()
+    side = TimedSide(memo, _draws(3), n_seeds=3, fresh=_fresh)
+    side.prepare(2, graph=False)
+    for rot in (0, 1, 2):
+        side.trial(rot)
+    memo.computed = 0
+    side.trial(0)
+    side.trial(1)
+    assert memo.computed == 0  # a pool is finite: its answers are all in the table
+    for key in (11, 12, 13):
+        side.trial(0, fresh=key)
+    assert memo.computed == 6  # every set of every fresh trial: a draw no trial had
+
+
+def test_fresh_trials_are_keyed_alike_on_both_sides_and_the_checked_one_stays_on_the_pool():
+    from fitness.timing import fresh_seed_of
+    d = Draws(n=3, check_rot=1, picks=[0], check_at=2, fresh_base=1000)
+    c, b = d.request("c", 0, 3), d.request("b", 0, 3)
+    assert c["fresh"] == [1000, 1001, None] and b["fresh"] == [1000, 1001, 1002]
+    assert c["rots"][2] == 1 and c["check"] == {"rep": 2, "picks": [0]}
+    assert len({fresh_seed_of(1000, i) for i in range(64)} | {fresh_seed_of(1001, i) for i in range(64)}) == 128
+    side = TimedSide(_double, _draws(3), n_seeds=3, fresh=_fresh)
+    side.prepare(2, graph=False)
+    side.trial(0, fresh=1000)
+    assert torch.equal(side.sets[1][0], _fresh(fresh_seed_of(1000, 1))[0])
+
+
+def test_a_region_of_few_sets_of_a_task_drawn_on_the_gpu_gets_fresh_draws(ev, builtin, monkeypatch):
+    import fitness.timing as timing
+    task = builtin["softmax"]
+    replay = StandIn(task)
+    assert _time(ev, task, replay).stage == "timed"
+    n = ev.base.sides[next(iter(ev.base.sides))]["n"]
+    fresh = [m.get("fresh") for m in replay.trials]
+    assert (n <= timing.FRESH_MAX_SETS) == any(f is not None for f in fresh)
+    monkeypatch.setattr(measuring, "FRESH_MAX_SETS", 10**6)
+    replay = StandIn(task)
+    assert _time(ev, task, replay).stage == "timed"
+    requests = list({id(m): m for m in replay.trials}.values())  # the stand-in lists a request per trial
+    keys = [k for m in requests for k in m["fresh"]]
+    assert keys.count(None) == 1 and len(set(keys)) == len(keys)  # the checked trial only; no key twice
+    d = Draws(n=3, fresh_base=0)
+    assert d.request("c", 0, 3)["fresh"] == [0, 1, 2] and d.request("c", 0, 3)["fresh"] == [3, 4, 5]  # a 2nd round
