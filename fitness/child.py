@@ -250,8 +250,8 @@ class Child(ScriptSide):
 
     def time_prepare(self, req: dict) -> dict:
         """Everything one timed shape needs that is not measuring (CUDA start, the kernels or
-        the baseline loaded, the three draws on the GPU): the engine asks for it before the
-        measuring turn, so it overlaps another candidate's trials."""
+        the baseline loaded, the first draws on the GPU, the rest as the input sets need them):
+        the engine asks for it before the measuring turn, so it overlaps another candidate's trials."""
         task = self.task(req["task"])
         self.start_device()
         if "keep_share" in req:
@@ -259,11 +259,11 @@ class Child(ScriptSide):
         case, seeds = req["case"], [int(s) for s in req["seeds"]]
         t0 = time.perf_counter()
 
-        def draw_seed(seed: int) -> tuple:
-            return tuple(to_device(a, "cuda") for a in draw_inputs(task, case, seed, "cuda"))
+        def fresh(seed: int) -> tuple:  # a trial's fresh draw: copied into its set, so no copy of its own
+            return tuple(draw_inputs(task, case, seed, "cuda"))
 
-        def draw(k: int) -> tuple:  # the k-th of the engine's seeds, on the GPU
-            return draw_seed(seeds[k])
+        def draw(k: int) -> tuple:  # the k-th of the engine's seeds, on the GPU, laid out as the sets are
+            return tuple(to_device(a, "cuda") for a in draw_inputs(task, case, seeds[k], "cuda"))
         draws = [draw(k) for k in range(min(CAL_DRAWS, len(seeds)))]  # the rest when the sets need them
         torch.cuda.empty_cache()  # the draws' temporaries: a long-lived baseline child keeps only its sides
         t0 = self._tick("draws", t0)
@@ -279,7 +279,7 @@ class Child(ScriptSide):
 
             def cost() -> list:  # the cost model is suite code: the clean side runs it
                 return list(task.cost(case["shape"], case["dtype"]))
-        return self.timing.prepare(str(req["slot"]), TimedSide(fn, draws, len(seeds), draw, draw_seed), cost)
+        return self.timing.prepare(str(req["slot"]), TimedSide(fn, draws, len(seeds), draw, fresh), cost)
 
     def _baseline(self, task: Task, baseline_source: str | None) -> Callable[..., Any]:
         if task.script is not None:

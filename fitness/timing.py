@@ -347,13 +347,13 @@ class TimedSide:
             _fill_each(self.sets, [self.fresh(fresh_seed_of(fresh, i)) for i in range(len(self.sets))])
         else:
             _fill_each(self.sets, [self.draws[d] for d in assignment(len(self.sets), self.n_draws(), rot)])
-        if self.flush_buf is not None:
-            self.flush_buf.zero_()
         total = 0.0
         for p in range(passes):
             _fresh_seed()
             if self.method == "cuda-graph":
                 self.scrambler()
+            if self.flush_buf is not None:  # after the scramble: its writes leave no output in the L2
+                self.flush_buf.zero_()
             torch.manual_seed(CHECK_SEED)  # both sides' random draws start alike in every pass
             w = _Watch(self.cuda)
             w.start()
