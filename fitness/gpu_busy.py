@@ -71,14 +71,34 @@ def _ok(rc: int, what: str) -> None:
         raise OSError(f"{what} returned NVML error {rc}")
 
 
+def _parent(pid: int) -> int | None:
+    """The parent of `pid` as /proc gives it; None when it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _visible(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
 class BusyProbe:
     """Samples other processes' GPU work over a window. `sampler`: a stand-in in tests; by default
-    NVML, loaded on first use (the engine's process never starts CUDA for it)."""
+    NVML, loaded on first use (the engine's process never starts CUDA for it). `parent` and
+    `visible` read the process tree (/proc; stand-ins in tests)."""
 
-    def __init__(self, sampler: Sampler | None = None):
+    def __init__(self, sampler: Sampler | None = None, parent: Callable[[int], int | None] = _parent,
+                 visible: Callable[[int], bool] = _visible, engine: int | None = None):
         self._sampler = sampler
         self._loaded = sampler is not None
+        self.parent, self.visible = parent, visible
+        self.engine = os.getpid() if engine is None else engine  # the run: this process and what it started
         self.reason = ""  # why the GPU's processes could not be read, once that is known
+        # the run's own other processes (correctness children, the next candidates' replay children)
+        # seen at work in the last window: the engine's accounting knows them; they are noted, not refused
+        self.shared: list[Sample] = []
 
     def _get(self) -> Sampler | None:
         if not self._loaded:
@@ -98,17 +118,39 @@ class BusyProbe:
         return int(time.time() * 1e6)
 
     def foreign(self, since_us: int, allowed: set[int]) -> list[Sample] | None:
-        """Samples since `since_us` of processes not in `allowed` that kept the SMs busy (at
-        least BUSY_SM_PCT); None where they cannot be read (`reason` says why)."""
+        """Samples since `since_us` of processes that kept the SMs busy (at least BUSY_SM_PCT)
+        and are neither in `allowed` nor started by one of them; None where they cannot be read
+        (`reason` says why: NVML missing, or its process ids are not this machine's, as in a
+        container without the host's pid namespace: then the turn's own children, which did
+        run kernels, are nowhere among them)."""
         sampler = self._get()
         if sampler is None:
             return None
         try:
-            samples = sampler(since_us)
+            samples = [s for s in sampler(since_us) if s.at_us >= since_us]
         except OSError as e:
             self.reason = f"the GPU's other processes could not be read (NVML: {e})"
             return None
-        return [s for s in samples if s.pid not in allowed and s.sm_pct >= BUSY_SM_PCT and s.at_us >= since_us]
+        busy = [s for s in samples if s.sm_pct >= BUSY_SM_PCT and not self._ours(s.pid, allowed)]
+        if busy and not any(self._ours(s.pid, allowed) for s in samples) and \
+                not any(self.visible(s.pid) for s in busy):
+            self.reason = (f"the GPU's other processes could not be told from the turn's own (NVML names "
+                           f"{busy_note(busy)}, none of them a process here)")
+            return None
+        self.shared = [s for s in busy if self._ours(s.pid, {self.engine})]
+        return [s for s in busy if s not in self.shared]
+
+    def _ours(self, pid: int, allowed: set[int]) -> bool:
+        """`pid` is one of `allowed` or was started by one (a walk up its parents). A process that
+        outlived its parent was handed to init (or a container's): it is no one's here."""
+        for _ in range(64):
+            if pid in allowed:
+                return True
+            parent = self.parent(pid)
+            if parent is None or parent <= 1 or parent == pid:
+                return False
+            pid = parent
+        return False
 
 
 def busy_note(seen: list[Sample]) -> str:

@@ -308,6 +308,8 @@ class MeasuringTurn:
             since = self.busy.start()
             times = self._timed_trials(plan, sides, how, draws, reuse=attempt == 0 and self.busy.available())
             seen = self.busy.foreign(since, pids)
+            if self.busy.shared:
+                plan["gpu_shared"] = busy_note(self.busy.shared)
             if seen is None:
                 plan["busy_unverified"] = self.busy.reason
                 return times

@@ -231,6 +231,10 @@ def _note_gpu(v: Verdict, plans: list[dict]) -> None:
     unverified turn is not failed (no GPU machine would time anything without NVML) but claims
     less: its baseline ran beside this candidate on every shape, so whatever slowed one side met
     the other, and the flag says so."""
+    shared = sorted({p["gpu_shared"] for p in plans if p.get("gpu_shared")})
+    if shared:
+        v.timing += (f"; the run's own other processes used the GPU while it was measured ({'; '.join(shared)}): "
+                     "both sides met them, alternating")
     again = [p["busy_seen"] for p in plans if p.get("busy_seen")]
     if again:
         v.timing += f"; measured again after the GPU was busy with {'; '.join(sorted(set(again)))}"

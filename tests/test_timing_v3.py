@@ -189,16 +189,22 @@ class _Nvml:
         return [Sample(self.pid, 90, since_us + 10)] if on else []
 
 
+def _probe(sampler, tree: dict | None = None, visible: bool = True) -> BusyProbe:
+    """A probe over a stand-in NVML and a stand-in process tree (pid -> parent); the engine is 100."""
+    tree = tree or {}
+    return BusyProbe(sampler, parent=lambda pid: tree.get(pid), visible=lambda pid: visible, engine=100)
+
+
 def test_a_shape_measured_while_another_process_kept_the_gpu_busy_is_measured_again(ev, builtin):
     task = builtin["softmax"]
-    ev.turn.busy = BusyProbe(_Nvml([True, False]))
+    ev.turn.busy = _probe(_Nvml([True, False]))
     v = _time(ev, task, StandIn(task))
     assert v.stage == "timed" and "measured again after the GPU was busy with pid 4242 (SMs 90%)" in v.timing
 
 
 def test_busy_twice_the_timing_is_refused(ev, builtin):
     task = builtin["softmax"]
-    ev.turn.busy = BusyProbe(_Nvml([True, True]))
+    ev.turn.busy = _probe(_Nvml([True, True]))
     v = _time(ev, task, StandIn(task))
     assert v.stage != "timed" and not v.correct
     assert "the GPU was busy with another process while this shape was measured, twice" in v.reason
@@ -208,9 +214,9 @@ def test_the_turn_s_own_children_and_idle_processes_are_not_foreign(ev, builtin)
     task = builtin["softmax"]
     replay = StandIn(task)
     replay.pids = [4242]  # a ChildProcess knows its pids
-    ev.turn.busy = BusyProbe(_Nvml([True] * 10, pid=4242))
+    ev.turn.busy = _probe(_Nvml([True] * 10, pid=4242))
     assert _time(ev, task, replay).stage == "timed"
-    probe = BusyProbe(lambda since: [Sample(1, 2, since + 1), Sample(2, 50, since - 1)])
+    probe = _probe(lambda since: [Sample(1, 2, since + 1), Sample(2, 50, since - 1)])
     assert probe.foreign(100, set()) == []  # 2% busy; a sample from before the window
     assert busy_note([Sample(7, 10, 0), Sample(7, 30, 1), Sample(3, 5, 2)]) == "pid 3 (SMs 5%), pid 7 (SMs 30%)"
 
@@ -304,3 +310,29 @@ def test_a_region_of_few_sets_of_a_task_drawn_on_the_gpu_gets_fresh_draws(ev, bu
     assert keys.count(None) == 1 and len(set(keys)) == len(keys)  # the checked trial only; no key twice
     d = Draws(n=3, fresh_base=0)
     assert d.request("c", 0, 3)["fresh"] == [0, 1, 2] and d.request("c", 0, 3)["fresh"] == [3, 4, 5]  # a 2nd round
+
+
+def test_a_process_the_turn_s_children_started_is_theirs_and_an_orphan_is_not():
+    tree = {501: 500, 502: 501, 777: 1}  # 502 a grandchild of the turn's 500; 777 re-parented to init
+    probe = _probe(lambda since: [Sample(502, 90, since), Sample(777, 90, since), Sample(500, 60, since)], tree)
+    assert [s.pid for s in probe.foreign(0, {500})] == [777]
+
+
+def test_nvml_pids_that_are_not_this_machine_s_make_the_check_unverifiable_not_a_failure():
+    """A container without the host's pid namespace: NVML names host pids, none of them here, and
+    the turn's own children (which ran kernels) are not among them."""
+    probe = _probe(lambda since: [Sample(90001, 80, since), Sample(90002, 40, since)], visible=False)
+    assert probe.foreign(0, {500}) is None and "none of them a process here" in probe.reason
+    assert not probe.available()
+    ours_seen = _probe(lambda since: [Sample(500, 80, since), Sample(90002, 40, since)], visible=False)
+    assert [s.pid for s in ours_seen.foreign(0, {500})] == [90002]  # gone since, but not ours: busy
+
+
+def test_the_run_s_own_other_processes_at_work_are_noted_and_not_refused(ev, builtin):
+    """A correctness child of another candidate (started by the engine) used the GPU meanwhile:
+    the engine's own accounting knows it; both sides met it, alternating."""
+    task = builtin["softmax"]
+    ev.turn.busy = _probe(_Nvml([True] * 10, pid=333), tree={333: 200, 200: 100})
+    v = _time(ev, task, StandIn(task))
+    assert v.stage == "timed"
+    assert "the run's own other processes used the GPU while it was measured (pid 333" in v.timing
