@@ -226,7 +226,7 @@ class TimedSide:
         self.fn, self.draws, self.more, self.fresh = fn, list(draws), more, fresh
         self.n_seeds = n_seeds or len(draws)
         first = next((a for a in tensors_of(self.draws[0]) if isinstance(a, torch.Tensor)), None)
-        self.cuda = first is not None and first.device.type == "cuda"
+        self.cuda = first.device.type == "cuda" if first is not None else torch.cuda.is_available()
         props = torch.cuda.get_device_properties(0) if self.cuda else None
         self.l2_bytes = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
         self.flush_buf = _flush_buffer(self.l2_bytes) if self.cuda else None
@@ -328,12 +328,16 @@ class TimedSide:
         """The scrambling of the graph's outputs as one graph of its own (one launch a pass, not one
         per output), or, if that cannot be captured, the same work launched eagerly."""
         views = scramble_targets(outs, self.sets)
+        rng = torch.cuda.default_generators[torch.cuda.current_device()]
+        saved = rng.clone_state()
         try:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 scramble(views)
             return g.replay
         except Exception:  # noqa: BLE001 - the eager launches do the same
+            rng.graphsafe_set_state(saved)  # a failed capture leaves the generator capturing (see _capture)
+            torch.cuda.synchronize()
             return lambda: scramble(views)
 
     def trial(self, rot: int, passes: int = 1, picks: list[int] | None = None, fresh: int | None = None) -> float:
@@ -396,6 +400,7 @@ class TimedSide:
                 _sync(self.cuda)
                 runs.append([_on_host(outs[i]) for i in picks])
         return [[runs[0][j], runs[1][j]] for j in range(len(picks))]
+
 
 def _on_host(out: object) -> list[torch.Tensor]:
     """A call's output tensors, flattened, on the host. Flattened as a recorded trace's outputs are
