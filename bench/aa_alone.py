@@ -29,6 +29,7 @@ import fitness.measuring as measuring  # noqa: E402
 from archives.metrics import aa_noise  # noqa: E402
 from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
 from fitness.pool import WorkerPool  # noqa: E402
+from fitness.trials import Draws  # noqa: E402
 from suites.registry import SuiteError, load_suite, select  # noqa: E402
 
 CONTEXT = threading.local()
@@ -53,18 +54,20 @@ def install(ev: Evaluator, log: IO[str], full: list[bool]) -> None:
         measuring.MeasuringTurn._kept
     t0 = time.monotonic()
 
-    def logged(sides: dict, n: int, passes: int, spent: dict, config: EvalConfig, track: bool = False) -> dict:
+    def logged(sides: dict, n: int, passes: int, spent: dict, config: EvalConfig, draws: Draws,
+               track: bool = False) -> dict:
         before, start = load(ev), time.monotonic() - t0
-        times = alternate(sides, n, passes, spent, config, track)
+        times = alternate(sides, n, passes, spent, config, draws, track)
         rec = {**getattr(CONTEXT, "shape", {}), "t": round(start, 3), "track": track, "n_sets": n,
                "passes": passes, "c": times["c"], "b": times["b"], "load_start": before, "load_end": load(ev)}
         log.write(json.dumps(rec) + "\n")
         log.flush()
         return times
 
-    def traced(self: measuring.MeasuringTurn, plan: dict, sides: dict, how: tuple) -> dict:
+    def traced(self: measuring.MeasuringTurn, plan: dict, sides: dict, how: tuple, draws: Draws,
+               reuse: bool = True) -> dict:
         CONTEXT.shape = {"task": plan["key"].task, "shape": plan["case"]["shape"], "epoch": plan["epoch"]["id"]}
-        return timed_trials(self, plan, sides, how)
+        return timed_trials(self, plan, sides, how, draws, reuse)
 
     def chosen(self: measuring.MeasuringTurn, plan: dict, how: tuple) -> list[float] | None:
         return None if full[0] else kept(self, plan, how)
