@@ -317,6 +317,7 @@ class MeasuringTurn:
                 return times
             plan["busy_seen"] = busy_note(seen)
             logger.info("the GPU was busy with %s while a shape was measured", plan["busy_seen"])
+            self._forget(plan)  # the baseline's trials of that window stand for no later candidate
         raise TimingRejected(f"the GPU was busy with another process while this shape was measured, twice "
                              f"({plan['busy_seen']}): neither side's time can be trusted")
 
@@ -362,6 +363,12 @@ class MeasuringTurn:
                 return
             since = 0 if full else ep["kept"]["since_full"] + 1
             ep["kept"] = {"how": how, "times": times[-BASELINE_KEPT:], "since_full": since}
+
+    def _forget(self, plan: dict) -> None:
+        with self._epoch_lock:
+            ep = self._plan_epoch(plan)
+            if ep is not None:
+                ep.pop("kept", None)
 
     def _same_method(self, sides: dict[str, TimingChild], slots: dict, n: int,
                      methods: dict[str, str]) -> dict[str, str]:

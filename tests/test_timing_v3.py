@@ -208,6 +208,10 @@ def test_busy_twice_the_timing_is_refused(ev, builtin):
     v = _time(ev, task, StandIn(task))
     assert v.stage != "timed" and not v.correct
     assert "the GPU was busy with another process while this shape was measured, twice" in v.reason
+    ev.turn.busy = _probe(_Nvml([]))
+    before = len(ev.base.trials)
+    after = _time(ev, task, StandIn(task))  # the busy window's baseline trials were not kept
+    assert not after.times[0]["baseline_kept"] and len(ev.base.trials) - before > TRIAL_REPS
 
 
 def test_the_turn_s_own_children_and_idle_processes_are_not_foreign(ev, builtin):
