@@ -29,6 +29,7 @@ from fitness.judges import fresh_seed
 from fitness.launch_configs import describe, timed_configs
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
 from fitness.timing import FRESH_MAX_SETS, MAX_SETS, draws_for, n_sets_for, passes_for
+from fitness.trials import DRIFT as DRIFT
 from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
 from fitness.trials import TRIAL_REPS as TRIAL_REPS
 from fitness.trials import (
@@ -60,11 +61,10 @@ EPOCH_USES = 16  # candidates timed on one set of draws (and one prepared baseli
 # The baseline's trials are kept per shape and epoch (same clean process, inputs and graph) and
 # reused: each turn the baseline runs one request of TRIAL_REPS regions beside the candidate's,
 # which joins the kept ones; every REMEASURE_EVERY-th candidate of an epoch, or when that request
-# strays over DRIFT from the kept median (the GPU changed: clocks, a neighbour), both sides
+# strays over DRIFT (fitness.trials) from the kept median (the GPU changed: clocks, a neighbour), both sides
 # alternate fully again. H100 builtin: the baseline's regions were half of every turn's trials.
 BASELINE_KEPT = 21  # the most recent baseline trials a shape's median is taken over
 REMEASURE_EVERY = 8
-DRIFT = 0.03
 # Long-lived clean baseline children; each task's shapes live in one of them. A new shape's side
 # (module load, compile, draws, warm-up, sets, graph) is prepared in its child before the turn,
 # while the other child serves the turn: H100 TritonBench, preparing it inside the turn held the

@@ -34,6 +34,9 @@ TRIAL_REPS = 3
 # (0.6-1.8 ms a call, 6-14x slower than torch) had spreads of 20-37% and ran all 21 trials twice,
 # 17 of the 31 s the measuring turn held in 60 candidates.
 FAR_SHARE = 0.5
+# the baseline's tracking request may stray this far from its kept median before both sides are
+# timed fully again (fitness.measuring)
+DRIFT = 0.03
 
 
 class TimingRejected(Exception):
@@ -231,6 +234,10 @@ def _note_gpu(v: Verdict, plans: list[dict]) -> None:
     unverified turn is not failed (no GPU machine would time anything without NVML) but claims
     less: its baseline ran beside this candidate on every shape, so whatever slowed one side met
     the other, and the flag says so."""
+    drifted = sum(bool(p.get("baseline_drifted")) for p in plans)
+    if drifted:
+        v.timing += (f"; on {drifted} shape(s) the baseline strayed over {DRIFT:.0%} from its kept trials and was "
+                     "measured again beside this candidate")
     shared = sorted({p["gpu_shared"] for p in plans if p.get("gpu_shared")})
     if shared:
         v.timing += (f"; the run's own other processes used the GPU while it was measured ({'; '.join(shared)}): "

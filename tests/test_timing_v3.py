@@ -175,6 +175,7 @@ def test_a_baseline_whose_time_drifts_from_its_kept_trials_is_measured_again(ev,
     v = _time(ev, task, StandIn(task))
     assert not v.times[0]["baseline_kept"] and len(ev.base.trials) - before > TRIAL_REPS
     assert v.times[0]["baseline_ms"] == pytest.approx(0.0015)
+    assert "the baseline strayed over 3% from its kept trials and was measured again" in v.timing
 
 
 class _Nvml:
