@@ -28,7 +28,7 @@ from fitness.harness import nbytes
 from fitness.judges import fresh_seed
 from fitness.launch_configs import describe, timed_configs
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
-from fitness.timing import FRESH_MAX_SETS, MAX_SETS, draws_for, n_sets_for, passes_for
+from fitness.timing import FRESH_MAX_SETS, MAX_SETS, draws_for, fresh_seed_of, n_sets_for, passes_for
 from fitness.trials import DRIFT as DRIFT
 from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
 from fitness.trials import TRIAL_REPS as TRIAL_REPS
@@ -170,7 +170,8 @@ class MeasuringTurn:
                 ep = self._epochs[key] = {"id": next(self._epoch_ids), "nth": nth,
                                           "seeds": self._seed_bank.seeds(key.task_key, nth, n_seeds),
                                           "n": self._n_sets(known) if known else 0, "uses": 0,
-                                          "fresh": fresh_seed() if fresh else None}
+                                          "fresh": fresh_seed() if fresh else None,
+                                          "check_key": fresh_seed() if fresh else None}
             ep["uses"] += 1
             return dict(ep)
 
@@ -293,7 +294,8 @@ class MeasuringTurn:
         rot, picks = self._check_of(plan, n)
         at = random.SystemRandom().randrange(enough_trials(self.ev.config))
         fresh = plan["epoch"].get("fresh") if n <= FRESH_MAX_SETS else None
-        return Draws(draws_for(n, len(plan["epoch"]["seeds"])), rot, picks, at, fresh)
+        plan["check_key"] = plan["epoch"].get("check_key") if fresh is not None else None
+        return Draws(draws_for(n, len(plan["epoch"]["seeds"])), rot, picks, at, fresh, plan["check_key"])
 
     def _verified_trials(self, plan: dict, sides: dict[str, TimingChild], how: tuple[str, int, int],
                          draws: Draws) -> dict[str, list[float]]:
@@ -399,8 +401,9 @@ class MeasuringTurn:
         seeds = plan["epoch"]["seeds"]
         n_draws = draws_for(plan["n_sets"], len(seeds))
         judge = self.ev.judge(task)
+        key = plan.get("check_key")
         for i, (pick, oc) in enumerate(zip(picks, outs)):
-            seed = seeds[(pick + rot) % n_draws]
+            seed = seeds[(pick + rot) % n_draws] if key is None else fresh_seed_of(key, pick)
             if plan.get("oracle") is not None:
                 zero, full = plan["oracle"][i]
                 problem = judge.check_timed(plan["case"], seed, unwritten_as(oc, zero, full), zero)

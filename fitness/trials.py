@@ -92,6 +92,10 @@ class Draws:
     picks: list[int] = field(default_factory=list)
     check_at: int = -1  # the candidate's trial whose outputs are kept; -1: none
     fresh_base: int | None = None  # trials of fresh draws: a side's k-th trial has key fresh_base + k
+    # the checked trial's key where trials are fresh: its draws are as new to the kernel as every other
+    # trial's (were it on the pool, which the warm-ups show, a kernel could compute only for inputs it
+    # has seen and skip the rest); one per epoch, so the engine's references of it serve every candidate
+    check_key: int | None = None
     prev: dict[str, int] = field(default_factory=dict)
     issued: dict[str, int] = field(default_factory=dict)  # trials asked of each side so far
 
@@ -111,9 +115,10 @@ class Draws:
             rots.append(self.check_rot if i == j else self.rot(side))
             self.prev[side] = rots[-1]
         msg: dict = {"rots": rots}
-        if self.fresh_base is not None:  # every trial but the checked one on draws no trial had
+        if self.fresh_base is not None:  # every trial on draws no trial had
             start = self.issued.get(side, 0)  # counted over every round: a second one draws anew too
-            msg["fresh"] = [None if i == j else (self.fresh_base + start + i) % (2**31 - 1) for i in range(reps)]
+            msg["fresh"] = [self.check_key if i == j else (self.fresh_base + start + i) % (2**31 - 1)
+                            for i in range(reps)]
             self.issued[side] = start + reps
         if j >= 0:
             self.check_at = -2  # issued

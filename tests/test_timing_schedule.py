@@ -12,7 +12,7 @@ from fitness.evaluator import EvalConfig, Evaluator
 from fitness.gpu_busy import BusyProbe
 from fitness.harness import draw_inputs
 from fitness.measuring import TRIAL_REPS, MeasuringTurn
-from fitness.timing import draws_for
+from fitness.timing import draws_for, fresh_seed_of
 from fitness.verdict import Verdict
 from suites.script import to_wire
 
@@ -59,11 +59,13 @@ class StandIn:
                 self.warm.append(len(self.trials))
                 return {"ms": [self.ms if not isinstance(self.ms, list) else self.ms[0]] * msg["reps"]}
             out = []
+            fresh = msg.get("fresh") or [None] * len(msg["rots"])
             for j, rot in enumerate(msg["rots"]):
                 self.trials.append(msg)
                 if msg.get("check") and msg["check"]["rep"] == j:
                     was = (self.rots[-1] if self.rots else rot + 1) if self.stale else rot
-                    self.current["held"] = [self.outputs(self.current, i, was) for i in msg["check"]["picks"]]
+                    key = None if fresh[j] is None else fresh[j] + (1 if self.stale else 0)
+                    self.current["held"] = [self.outputs(self.current, i, was, key) for i in msg["check"]["picks"]]
                 self.rots.append(rot)
                 out.append(self.ms[(len(self.trials) - 1) % len(self.ms)] if isinstance(self.ms, list) else self.ms)
             return {"ms": out}
@@ -80,9 +82,10 @@ class StandIn:
             return {"bandwidth_Bps": 3e12, "flops": 1e15}
         raise AssertionError(f"unexpected request {op}")
 
-    def outputs(self, side: dict, i: int, rot: int) -> list:
-        """The reference's outputs of input set `i` in a trial of rotation `rot`."""
-        seed = side["seeds"][(i + rot) % draws_for(side["n"], len(side["seeds"]))]
+    def outputs(self, side: dict, i: int, rot: int, key: int | None = None) -> list:
+        """The reference's outputs of input set `i` in a trial of rotation `rot` (or of fresh draws `key`)."""
+        seed = side["seeds"][(i + rot) % draws_for(side["n"], len(side["seeds"]))] if key is None else \
+            fresh_seed_of(key, i)
         return [to_wire(self.task.reference(*draw_inputs(self.task, {**side["case"], "seed": seed}, seed)))]
 
     def ops(self) -> list[str]:

@@ -286,11 +286,13 @@ def test_a_table_of_answers_hits_on_a_rotated_pool_and_never_on_fresh_draws():
     assert memo.computed == 6  # every set of every fresh trial: a draw no trial had
 
 
-def test_fresh_trials_are_keyed_alike_on_both_sides_and_the_checked_one_stays_on_the_pool():
+def test_fresh_trials_are_keyed_alike_on_both_sides_and_the_checked_one_is_fresh_too():
+    """Were the checked trial on the pool (which the warm-ups show the kernel), a kernel could
+    compute only for inputs it has seen and skip the rest: its key is the epoch's, as new as any."""
     from fitness.timing import fresh_seed_of
-    d = Draws(n=3, check_rot=1, picks=[0], check_at=2, fresh_base=1000)
+    d = Draws(n=3, check_rot=1, picks=[0], check_at=2, fresh_base=1000, check_key=77)
     c, b = d.request("c", 0, 3), d.request("b", 0, 3)
-    assert c["fresh"] == [1000, 1001, None] and b["fresh"] == [1000, 1001, 1002]
+    assert c["fresh"] == [1000, 1001, 77] and b["fresh"] == [1000, 1001, 1002]
     assert c["rots"][2] == 1 and c["check"] == {"rep": 2, "picks": [0]}
     assert len({fresh_seed_of(1000, i) for i in range(64)} | {fresh_seed_of(1001, i) for i in range(64)}) == 128
     side = TimedSide(_double, _draws(3), n_seeds=3, fresh=_fresh)
@@ -312,7 +314,7 @@ def test_a_region_of_few_sets_of_a_task_drawn_on_the_gpu_gets_fresh_draws(ev, bu
     assert _time(ev, task, replay).stage == "timed"
     requests = list({id(m): m for m in replay.trials}.values())  # the stand-in lists a request per trial
     keys = [k for m in requests for k in m["fresh"]]
-    assert keys.count(None) == 1 and len(set(keys)) == len(keys)  # the checked trial only; no key twice
+    assert None not in keys and len(set(keys)) == len(keys)  # the checked trial too; no key twice
     d = Draws(n=3, fresh_base=0)
     assert d.request("c", 0, 3)["fresh"] == [0, 1, 2] and d.request("c", 0, 3)["fresh"] == [3, 4, 5]  # a 2nd round
 
@@ -341,3 +343,11 @@ def test_the_run_s_own_other_processes_at_work_are_noted_and_not_refused(ev, bui
     v = _time(ev, task, StandIn(task))
     assert v.stage == "timed"
     assert "the run's own other processes used the GPU while it was measured (pid 333" in v.timing
+
+
+def test_where_trials_are_fresh_the_checked_one_is_checked_against_its_fresh_draws(ev, builtin, monkeypatch):
+    monkeypatch.setattr(measuring, "FRESH_MAX_SETS", 10**6)
+    task = builtin["softmax"]
+    assert _time(ev, task, StandIn(task)).stage == "timed"  # its outputs are the reference's of the fresh seeds
+    v = _time(ev, task, StandIn(task, stale=True))  # the answers of other draws than the trial's
+    assert v.stage != "timed" and "checked unannounced, gave a wrong result" in v.reason
