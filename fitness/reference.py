@@ -23,7 +23,7 @@ import torch
 from fitness.compare import as_list, compare_outputs, compare_where_room, dtype_name, on_device_if_room
 from fitness.harness import draw_inputs
 from suites.lru import BytesLRU
-from suites.task import Task
+from suites.task import Task, describe_variant
 
 # on a GPU: a tenth of its memory, at most 8 GiB. The references of the cases in flight (about 40
 # on builtin with 8 workers, up to 64 MiB each in float64) must fit: with 2 GiB, H100 builtin
@@ -176,6 +176,12 @@ def on_meta(task: Task, args: tuple) -> list[tuple[str, tuple, tuple]] | None:
         return [form(o) for o in as_list(task.reference(*meta))]
     except Exception:  # noqa: BLE001 - an op without a meta kernel
         return None
+
+
+def with_variant(problem: str, case: dict) -> str:
+    """A mismatch's description with the input variant it was met on, if any."""
+    variant = describe_variant(case)
+    return f"{problem}, on {variant}" if problem and variant else problem
 
 
 def compare_case(task: Task, outs: Any, refs: Any, expected: list | None) -> str:

@@ -97,9 +97,10 @@ class Task:
     def draw_heldout(self, rng: random.Random, interpreter: bool) -> tuple[Shape, ...]:
         """Held-out shapes for one evaluation, drawn from the task's shape distribution, so no
         list of them exists for a candidate to read (sizes, non-powers of two, layout flags);
-        the first beyond the largest size listed (fitness on a GPU: further than on the CPU)."""
+        each with a different size past the largest listed (see draw_shapes)."""
+        shapes = self.shape_set(interpreter)
         growth = BEYOND_INTERPRETER if interpreter else BEYOND_GPU
-        return draw_shapes(self.shape_set(interpreter), rng, beyond=1, growth=growth)
+        return draw_shapes(shapes, rng, beyond=len(shapes.heldout), growth=growth)
 
     def shape_set(self, interpreter: bool) -> ShapeSet:
         if interpreter and self.interpreter_shapes is not None:
@@ -139,10 +140,15 @@ def draw_shapes(shapes: ShapeSet, rng: random.Random, beyond: int = 0, growth: f
     power of two that all those values share (sizes given only as powers of two stay powers of
     two), and no larger in elements than the largest given shape; layout flags come from a
     random given shape. A fresh draw per evaluation: no list of held-out shapes exists to read.
-    The first `beyond` shapes take one size past the largest listed (see _push_beyond), with at
-    most `growth` times the largest given shape's elements."""
+    The first `beyond` shapes (at most one per free size) take one size past the largest listed
+    (see _push_beyond), with at most `growth` times the largest given shape's elements."""
     given = list(shapes.tuning) + list(shapes.heldout)
     limit = max(math.prod(_sizes(s).values()) for s in given) if given else 0
+    # which size each shape pushed beyond takes past the largest: a different one each, so that
+    # with as many shapes as free sizes every size meets a value past its largest (a kernel
+    # sized for the rows' length, or for their number)
+    order = sorted({k for s in given for k in _sizes(s) if _free(k, given)})
+    rng.shuffle(order)
     drawn = []
     for i in range(len(shapes.heldout)):
         shape = dict(rng.choice(given))
@@ -150,7 +156,8 @@ def draw_shapes(shapes: ShapeSet, rng: random.Random, beyond: int = 0, growth: f
             values = [s[key] for s in given if key in _sizes(s)]
             if len(set(values)) > 1:
                 shape[key] = _draw_size(values, rng)
-        pushed = _push_beyond(shape, given, rng, int(limit * growth)) if i < beyond else None
+        pushed = _push_beyond(shape, given, rng, int(limit * growth), order[i:] + order[:i]) \
+            if i < min(beyond, len(order)) else None
         _shrink(shape, given, int(limit * growth) if pushed else limit, keep=pushed)
         drawn.append(shape)
     return tuple(drawn)
@@ -175,16 +182,14 @@ def _shrink(shape: Shape, given: list[Shape], limit: int, keep: str | None = Non
         shape[key] = smaller
 
 
-def _push_beyond(shape: Shape, given: list[Shape], rng: random.Random, limit: int) -> str | None:
+def _push_beyond(shape: Shape, given: list[Shape], rng: random.Random, limit: int, order: list[str]) -> str | None:
     """Sets one free size (one the task lists more than one value for, not only powers of two)
     past the largest listed: past the power of two at or above it, so that a kernel whose block
     was sized to the largest listed shape (rounded up, as Triton's blocks are) meets a size it
     does not cover; odd where sizes need not be multiples of a power of two. The other sizes
     fall to their smallest listed values where the element limit needs it. Returns the key, or
-    None where no size can grow within `limit`."""
-    keys = [k for k in _sizes(shape) if _free(k, given)]
-    rng.shuffle(keys)
-    for key in keys:
+    None where no size can grow within `limit`. `order`: the free sizes, the preferred first."""
+    for key in (k for k in order if k in _sizes(shape)):
         values = [s[key] for s in given if key in _sizes(s)]
         step, top = _step(values), max(values)
         ceiling = 1 << (top - 1).bit_length()  # the power of two at or above the largest
@@ -232,6 +237,16 @@ def _extreme(a: torch.Tensor) -> None:
 # each changes a freshly drawn tensor in place, in its own dtype (so strides stay as drawn, and
 # the same draw gives the same values in the engine and in every child)
 VARIANTS: dict[str, Callable[[torch.Tensor], None]] = {"scaled": _scaled, "offset": _offset, "extreme": _extreme}
+
+
+DESCRIBED = {"scaled": f"inputs scaled by {SCALE:g}", "offset": f"inputs offset by {OFFSET:g}",
+             "extreme": f"one input element in {OUTLIER_EVERY} made {OUTLIER:g} times larger"}
+
+
+def describe_variant(case: dict) -> str:
+    """'' for the task's own distribution, else what the case's inputs were, for a reason."""
+    variant = case.get("variant", USUAL)
+    return "" if variant == USUAL else f"the {variant!r} input variant ({DESCRIBED[variant]})"
 
 
 def apply_variant(args: tuple, variant: str, varied: tuple[int, ...] | None = None) -> tuple:

@@ -55,7 +55,8 @@ TASK = Task(
     # usual flash-attention recipe) stays well inside the atol, while bfloat16 P or float16
     # scores (what torch's unfused float16 path does) exceed it
     tolerance={"float16": (1e-3, 2e-3)},
-    # input variants (suites.task.VARIANTS): v only: scaled q or k sharpen the softmax past what the float16 tolerance was set for
+    # input variants (suites.task.VARIANTS) on v only: a scaled q or k sharpens the softmax past
+    # what the float16 tolerance was set for
     variants=("scaled",),
     varied=(2,),
     cost=cost,
