@@ -12,9 +12,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fitness.reference import compare_case  # noqa: E402
 from fitness.harness import LaunchHook, draw_inputs, to_device  # noqa: E402
-from fitness.reference import compute  # noqa: E402
+from fitness.reference import compare_case, compute  # noqa: E402
 from fitness.trace import Recorder, Replayer  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 
