@@ -336,7 +336,7 @@ class Evaluator:
                 return with_variant(problem, case)
         refs, expected = self.references.get(task, case)  # here: no GPU, or no reference child answered
         problem = compare_where_room(self.references.device,
-                                     lambda o, r: compare_case(task, o, r, expected), outputs, refs)
+                                     lambda o, r: compare_case(task, o, r, expected, case), outputs, refs)
         return with_variant(problem, case)
 
     # -------------------------------------------------------------------------------------

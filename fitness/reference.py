@@ -184,8 +184,14 @@ def with_variant(problem: str, case: dict) -> str:
     return f"{problem}, on {variant}" if problem and variant else problem
 
 
-def compare_case(task: Task, outs: Any, refs: Any, expected: list | None) -> str:
-    """compare_outputs with what the task declares: its tolerance and its rounding rule."""
+def compare_case(task: Task, outs: Any, refs: Any, expected: list | None, case: dict | None = None) -> str:
+    """compare_outputs with what the task declares: its tolerance and its rounding rule. On an
+    input variant whose reference is not finite nothing can be verified: that fails, saying so
+    (a task that declares such a variant is wrong, and every candidate of it fails alike)."""
+    variant = describe_variant(case or {})
+    if variant and any(r.is_floating_point() and not bool(torch.isfinite(r).all()) for r in as_list(refs)):
+        return (f"the float64 reference is not finite on {variant}: nothing could be verified there "
+                f"(the task declares that variant wrongly)")
     return compare_outputs(outs, refs, task.tolerance, expected=expected, rounding_ties=task.rounding_ties)
 
 
@@ -248,7 +254,7 @@ class ReferenceSide:
         t1 = time.perf_counter()
         outputs = on_device_if_room(req["outputs"], self.device)
         t2 = time.perf_counter()
-        problem = compare_where_room(self.device, lambda o, r: compare_case(task, o, r, expected),
+        problem = compare_where_room(self.device, lambda o, r: compare_case(task, o, r, expected, req["case"]),
                                      outputs, refs, cache_limit=None)
         ms = {"reference": t1 - t0, "upload": t2 - t1, "compare": time.perf_counter() - t2}
         return {"problem": problem, "ms": {k: round(1e3 * x, 3) for k, x in ms.items()}}

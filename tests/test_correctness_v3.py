@@ -190,3 +190,12 @@ def test_heldout_shapes_take_each_free_size_past_the_power_of_two_above_the_larg
             seen |= beyond
         if len(ss.heldout) >= len(free) and task.name != "attention":
             assert seen == free, (task.name, seen, free)
+
+
+def test_a_variant_whose_reference_is_not_finite_fails_saying_nothing_could_be_verified():
+    ref = [torch.tensor([1.0, float("inf")], dtype=torch.float64)]
+    out = [torch.tensor([1.0, float("inf")])]
+    expected = [("float32", (2,), (1,))]
+    problem = compare_case(TASKS["softmax"], out, ref, expected, {"variant": "scaled"})
+    assert "not finite on the 'scaled' input variant" in problem and "nothing could be verified" in problem
+    assert compare_case(TASKS["softmax"], out, ref, expected, {}) == ""  # the task's own: compared as ever
