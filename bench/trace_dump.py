@@ -12,9 +12,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fitness.compare import compare_outputs  # noqa: E402
 from fitness.harness import LaunchHook, draw_inputs, to_device  # noqa: E402
-from fitness.reference import compute  # noqa: E402
+from fitness.reference import compare_case, compute  # noqa: E402
 from fitness.trace import Recorder, Replayer  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 
@@ -50,7 +49,7 @@ def main():
     got = rep.run(tuple(to_device(x, dev) for x in draw_inputs(task, fresh, 99, dev)))
     refs, expected = compute(task, fresh, dev)
     print("replay torch work:", rep.torch_elements, rep.torch_ops)
-    print("replay vs reference:", compare_outputs(got, refs, task.tolerance, expected=expected) or "ok")
+    print("replay vs reference:", compare_case(task, got, refs, expected) or "ok")
 
 
 if __name__ == "__main__":

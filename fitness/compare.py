@@ -71,60 +71,107 @@ def dtype_name(t: torch.Tensor | torch.dtype) -> str:
     return str(d).removeprefix("torch.")
 
 
-def compare_outputs(outs: Any, refs: Any, tolerance: dict, expected: list[tuple[str, tuple]] | None = None,
-                    slack: float = 1.0, scaled: bool = False) -> str:
+# an output's expected (dtype name, shape) or (dtype name, shape, strides): the strides of the
+# reference run on the task's inputs in their own dtype and layout (fitness.reference.on_meta)
+Expected = tuple
+
+
+def compare_outputs(outs: Any, refs: Any, tolerance: dict, expected: list[Expected] | None = None,
+                    slack: float = 1.0, scaled: bool = False, rounding_ties: bool = False) -> str:
     """'' when every output matches, else a one-line description of the first mismatch.
 
-    `expected`: [(dtype name, shape)] the outputs must have; defaults to the refs' own.
+    `expected`: [(dtype name, shape[, strides])] the outputs must have; defaults to the refs'
+    own. `rounding_ties`: the task declares a rounding rule (integer outputs off by one on a .5
+    boundary, never index outputs).
     """
     outs, refs = as_list(outs), as_list(refs)
     if len(outs) != len(refs):
         return f"returned {len(outs)} output(s), expected {len(refs)}"
-    expected = expected or [(dtype_name(r), tuple(r.shape)) for r in refs]
-    for i, (o, r, (dt, shape)) in enumerate(zip(outs, refs, expected)):
-        if not isinstance(o, torch.Tensor):
-            return f"output {i} is a {type(o).__name__}, not a tensor"
-        if dtype_name(o) != dt:
-            return f"output {i} has dtype {dtype_name(o)}, expected {dt}"
-        if tuple(o.shape) != tuple(shape):
-            return f"output {i} has shape {tuple(o.shape)}, expected {tuple(shape)}"
-        if dt not in tolerance:
+    expected = expected or [(dtype_name(r), tuple(r.shape), tuple(r.stride())) for r in refs]
+    for i, (o, r, want) in enumerate(zip(outs, refs, expected)):
+        problem = _form_mismatch(o, *want)
+        if problem:
+            return f"output {i} {problem}"
+        dt = want[0]
+        if not o.is_floating_point() and not o.is_complex():
+            # exact whatever the tolerance says: an index off by one is a wrong index
+            problem = _integer_mismatch(o, r.to(o.device), ties=rounding_ties and dt not in INDEX_DTYPES)
+        elif dt not in tolerance:
             return f"task has no tolerance for dtype {dt}"
-        atol, rtol = (v * slack for v in tolerance[dt])
-        if not o.is_floating_point() and not o.is_complex() and atol == 0 and rtol == 0:
-            problem = _integer_mismatch(o, r.to(o.device))
-            if problem:
-                return f"output {i} ({dt}): {problem}"
-            continue
-        # on the outputs' own device: the timing worker compares on the GPU, the engine on the CPU
-        o64 = o.detach().to(torch.float64)
-        r64 = r.detach().to(o64.device, torch.float64)
-        if scaled and r64.numel():
-            # atol relative to the tensor's magnitude: two kernels that sum in different orders
-            # differ by a few ulps of the partial sums, not of each (possibly cancelled) element
-            finite = r64[torch.isfinite(r64)]
-            atol *= max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
-        problem = _mismatch(o64, r64, atol, rtol, nan_equal=scaled)
+        else:
+            problem = _float_mismatch(o, r, tolerance[dt], slack, scaled)
         if problem:
             return f"output {i} ({dt}): {problem}"
     return ""
 
 
-# integer outputs are exact, except where the float64 reference and a float32 kernel round a
-# value that sits on a .5 boundary differently: off by one on at most this share of elements
-# (random data puts about 1e-5 of the elements there; truncating instead of rounding, 50%)
+def _form_mismatch(o: Any, dt: str, shape: tuple, strides: tuple | None = None) -> str:
+    """What is wrong with the output's type, dtype, shape or layout ('' if nothing)."""
+    if not isinstance(o, torch.Tensor):
+        return f"is a {type(o).__name__}, not a tensor"
+    if dtype_name(o) != dt:
+        return f"has dtype {dtype_name(o)}, expected {dt}"
+    if tuple(o.shape) != tuple(shape):
+        return f"has shape {tuple(o.shape)}, expected {tuple(shape)}"
+    if strides is not None and not same_layout(o, tuple(strides)):
+        return (f"has strides {tuple(o.stride())}, expected {tuple(strides)} (the reference's layout"
+                f"{'' if _contiguous(o.shape, tuple(strides)) else ', or row-major'}): the right values in "
+                f"another memory layout are a different tensor to whoever reads it")
+    return ""
+
+
+def same_layout(o: torch.Tensor, strides: tuple) -> bool:
+    """Whether `o` is laid out as the reference: the same strides on every dimension of more than
+    one element (a stride over one element is never used). Where the reference's own layout is
+    not row-major (torch follows its inputs' layout), row-major is accepted as well."""
+    if len(strides) != o.dim():
+        return False
+    if all(n <= 1 or a == b for n, a, b in zip(o.shape, o.stride(), strides)):
+        return True
+    return not _contiguous(o.shape, strides) and _contiguous(o.shape, tuple(o.stride()))
+
+
+def _contiguous(shape: torch.Size | tuple, strides: tuple) -> bool:
+    expected = 1
+    for n, st in reversed(list(zip(shape, strides))):
+        if n > 1 and st != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _float_mismatch(o: torch.Tensor, r: torch.Tensor, tol: tuple, slack: float, scaled: bool) -> str:
+    atol, rtol = (v * slack for v in tol)
+    # on the outputs' own device: the timing worker compares on the GPU, the engine on the CPU
+    o64 = o.detach().to(torch.float64)
+    r64 = r.detach().to(o64.device, torch.float64)
+    if scaled and r64.numel():
+        # atol relative to the tensor's magnitude: two kernels that sum in different orders
+        # differ by a few ulps of the partial sums, not of each (possibly cancelled) element
+        finite = r64[torch.isfinite(r64)]
+        atol *= max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
+    return _mismatch(o64, r64, atol, rtol, nan_equal=scaled)
+
+
+# integer outputs are exact. Where a task declares a rounding rule, the float64 reference and a
+# float32 kernel may round a value that sits on a .5 boundary differently: off by one on at most
+# this share of elements (random data puts about 1e-5 of the elements there; truncating instead
+# of rounding, 50%)
 INTEGER_TIE_SHARE = 1e-4
+INDEX_DTYPES = ("int32", "int64")  # what an index comes in: exact, whatever the task declares
 
 
-def _integer_mismatch(o: torch.Tensor, r: torch.Tensor) -> str:
+def _integer_mismatch(o: torch.Tensor, r: torch.Tensor, ties: bool = False) -> str:
     diff = (o.to(torch.int64) - r.to(torch.int64)).abs()
     n_bad = int((diff != 0).sum())
-    if n_bad == 0 or (int(diff.max()) <= 1 and n_bad <= max(1, int(INTEGER_TIE_SHARE * o.numel()))):
+    allowed = max(1, int(INTEGER_TIE_SHARE * o.numel())) if ties else 0
+    if n_bad == 0 or (int(diff.max()) <= 1 and n_bad <= allowed):
         return ""
     worst = int(torch.argmax(diff))
-    return (f"{n_bad} of {o.numel()} integer elements differ (exact required; off by one allowed on at most "
-            f"{INTEGER_TIE_SHARE:.0e} of them, for rounding ties); worst: got {o.flatten()[worst].item()}, "
-            f"expected {r.flatten()[worst].item()}")
+    rule = (f"off by one allowed on at most {INTEGER_TIE_SHARE:.0e} of them, for the task's rounding ties"
+            if ties else "no rounding rule declared" if dtype_name(o) not in INDEX_DTYPES else "an index")
+    return (f"{n_bad} of {o.numel()} integer elements differ (exact required; {rule}); worst: got "
+            f"{o.flatten()[worst].item()}, expected {r.flatten()[worst].item()}")
 
 
 def _mismatch(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float, nan_equal: bool = False) -> str:

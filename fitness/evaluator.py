@@ -28,13 +28,13 @@ from typing import Any
 
 import torch
 
-from fitness.compare import compare_outputs, compare_where_room
+from fitness.compare import compare_where_room
 from fitness.correctness import run_correctness
 from fitness.harness import TORCH_WORK_SHARE
 from fitness.judges import Judge, fresh_seed, judge_for
 from fitness.measuring import BASELINE_CHILDREN, MeasuringTurn
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
-from fitness.reference import ReferenceCache
+from fitness.reference import ReferenceCache, compare_case, with_variant
 from fitness.reference_service import REFERENCE_CHILDREN, ReferenceService
 from fitness.sandbox import detect
 from fitness.script_eval import ScriptReferences
@@ -333,10 +333,11 @@ class Evaluator:
         if self.ref_service is not None:
             problem = self.ref_service.check(task, case, outputs)
             if problem is not None:
-                return problem
+                return with_variant(problem, case)
         refs, expected = self.references.get(task, case)  # here: no GPU, or no reference child answered
-        return compare_where_room(self.references.device,
-                                  lambda o, r: compare_outputs(o, r, task.tolerance, expected=expected), outputs, refs)
+        problem = compare_where_room(self.references.device,
+                                     lambda o, r: compare_case(task, o, r, expected, case), outputs, refs)
+        return with_variant(problem, case)
 
     # -------------------------------------------------------------------------------------
     @property

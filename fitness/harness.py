@@ -46,10 +46,10 @@ def draw_inputs(task: Task, case: dict, seed: int, device: str = "cpu") -> tuple
     The same (task, case, seed, device) gives the same values in every process."""
     dtype = getattr(torch, case["dtype"], None)
     if device == "cpu" or not task.device_inputs:
-        return task.make_inputs(case["shape"], dtype, torch.Generator().manual_seed(seed))
+        return task.draw(case, dtype, torch.Generator().manual_seed(seed))
     try:
         with torch.device(device):
-            return task.make_inputs(case["shape"], dtype, torch.Generator(device).manual_seed(seed))
+            return task.draw(case, dtype, torch.Generator(device).manual_seed(seed))
     except torch.cuda.OutOfMemoryError:
         raise  # not a property of the suite's code: drawing elsewhere could give the other side other values
     except Exception:  # noqa: BLE001
@@ -57,7 +57,7 @@ def draw_inputs(task: Task, case: dict, seed: int, device: str = "cpu") -> tuple
             raise
         # a suite's input maker that works on the host only (numpy on a tensor, devices mixed):
         # it fails on the device in every process alike, so both sides of a timing draw here
-        return task.make_inputs(case["shape"], dtype, torch.Generator().manual_seed(seed))
+        return task.draw(case, dtype, torch.Generator().manual_seed(seed))
 
 
 class LaunchHook:

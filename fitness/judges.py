@@ -34,6 +34,19 @@ def fresh_seed() -> int:
     return secrets.randbelow(2**31 - 1)
 
 
+def assign_variants(cases: list[dict], variants: tuple[str, ...], seeds: int) -> None:
+    """Gives the untimed cases the task's input variants in turn, so that every variant is met
+    in each evaluation that has as many untimed cases. Timed and traced is each tuning shape's
+    last seed (fitness.correctness.trace_key): it keeps the task's own distribution, which the
+    timing, its baseline and their shared oracles draw from. Cases are grouped by shape and
+    dtype, `seeds` at a time, in order."""
+    if not variants:
+        return
+    untimed = [c for i, c in enumerate(cases) if c["split"] != "tuning" or i % seeds != seeds - 1]
+    for k, case in enumerate(untimed):
+        case["variant"] = variants[k % len(variants)]
+
+
 class FunctionJudge:
     timed_split = "tuning"
     replays = True  # each call replayed alone against the engine's reference
@@ -72,6 +85,7 @@ class FunctionJudge:
         cases = [{"split": split, "shape": dict(shape), "dtype": dt, "seed": fresh_seed()}
                  for split, group in (("tuning", self.task.shape_set(interpret).tuning), ("heldout", heldout))
                  for shape in group for dt in self.task.dtypes for _ in self.ev.config.seeds]
+        assign_variants(cases, self.task.variants, len(self.ev.config.seeds))
         return cases, lambda case, reply: self.ev.check_case(self.task, case, reply.get("outputs"))
 
     def prefetch(self, case: dict) -> None:

@@ -16,13 +16,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import torch
 
 from fitness.compare import as_list, compare_outputs, compare_where_room, dtype_name, on_device_if_room
 from fitness.harness import draw_inputs
 from suites.lru import BytesLRU
-from suites.task import Task
+from suites.task import Task, describe_variant
 
 # on a GPU: a tenth of its memory, at most 8 GiB. The references of the cases in flight (about 40
 # on builtin with 8 workers, up to 64 MiB each in float64) must fit: with 2 GiB, H100 builtin
@@ -42,8 +43,8 @@ SIGNATURES_KEPT = 4096
 # reference took 12-14 ms instead of 0.1-0.8; with 4 GiB 3.8 ms)
 REFERENCE_WORK_BYTES = 4 << 30
 TRIM_POLL_S = 0.05  # how often an idle reference child looks at what its allocator keeps
-# a case's float64 outputs, and the [(dtype, shape)] the candidate's outputs must have
-Reference = tuple[list[torch.Tensor], list[tuple[str, tuple]]]
+# a case's float64 outputs, and the [(dtype, shape, strides)] the candidate's outputs must have
+Reference = tuple[list[torch.Tensor], list[tuple]]
 
 
 def default_bytes() -> int:
@@ -71,11 +72,11 @@ class Signatures:
         self._lock = threading.Lock()
         self._items = BytesLRU(SIGNATURES_KEPT, lambda value: 1)
 
-    def get(self, key: tuple) -> list[tuple[str, tuple]] | None:
+    def get(self, key: tuple) -> list[tuple] | None:
         with self._lock:
             return self._items.get(key) if key in self._items else None
 
-    def put(self, key: tuple, signature: list[tuple[str, tuple]]) -> None:
+    def put(self, key: tuple, signature: list[tuple]) -> None:
         with self._lock:
             self._items.put(key, signature)
 
@@ -142,7 +143,7 @@ def compute(task: Task, case: dict, device: str = "cpu", signatures: Signatures 
     if expected is None:
         expected = on_meta(task, args)
         if expected is None:  # some ops have no meta kernel: run it for real, and keep nothing
-            expected = [(dtype_name(o), tuple(o.shape)) for o in as_list(task.reference(*args))]
+            expected = [form(o) for o in as_list(task.reference(*args))]
         elif signatures is not None:
             signatures.put(key, expected)
     if device != "cpu":
@@ -160,14 +161,38 @@ def _float64_reference(task: Task, args: tuple, device: str) -> list[torch.Tenso
         return [r.detach() for r in as_list(task.reference(*up))]
 
 
-def on_meta(task: Task, args: tuple) -> list[tuple[str, tuple]] | None:
-    """dtype and shape of each output for inputs in the task's dtype, found on meta tensors;
-    None where the reference cannot run on them."""
+def form(o: torch.Tensor) -> tuple[str, tuple, tuple]:
+    """(dtype name, shape, strides): what a candidate's output must match besides its values."""
+    return dtype_name(o), tuple(o.shape), tuple(o.stride())
+
+
+def on_meta(task: Task, args: tuple) -> list[tuple[str, tuple, tuple]] | None:
+    """dtype, shape and strides of each output for inputs in the task's dtype and layout, found
+    on meta tensors; None where the reference cannot run on them. (Not the float64 run: an
+    up-cast copy of a strided input is contiguous, and torch lays outputs out as their inputs.)"""
     try:
-        meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
-        return [(dtype_name(o), tuple(o.shape)) for o in as_list(task.reference(*meta))]
+        meta = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+                if isinstance(a, torch.Tensor) else a for a in args]
+        return [form(o) for o in as_list(task.reference(*meta))]
     except Exception:  # noqa: BLE001 - an op without a meta kernel
         return None
+
+
+def with_variant(problem: str, case: dict) -> str:
+    """A mismatch's description with the input variant it was met on, if any."""
+    variant = describe_variant(case)
+    return f"{problem}, on {variant}" if problem and variant else problem
+
+
+def compare_case(task: Task, outs: Any, refs: Any, expected: list | None, case: dict | None = None) -> str:
+    """compare_outputs with what the task declares: its tolerance and its rounding rule. On an
+    input variant whose reference is not finite nothing can be verified: that fails, saying so
+    (a task that declares such a variant is wrong, and every candidate of it fails alike)."""
+    variant = describe_variant(case or {})
+    if variant and any(r.is_floating_point() and not bool(torch.isfinite(r).all()) for r in as_list(refs)):
+        return (f"the float64 reference is not finite on {variant}: nothing could be verified there "
+                f"(the task declares that variant wrongly)")
+    return compare_outputs(outs, refs, task.tolerance, expected=expected, rounding_ties=task.rounding_ties)
 
 
 class ReferenceSide:
@@ -229,7 +254,7 @@ class ReferenceSide:
         t1 = time.perf_counter()
         outputs = on_device_if_room(req["outputs"], self.device)
         t2 = time.perf_counter()
-        problem = compare_where_room(self.device, lambda o, r: compare_outputs(o, r, task.tolerance, expected=expected),
+        problem = compare_where_room(self.device, lambda o, r: compare_case(task, o, r, expected, req["case"]),
                                      outputs, refs, cache_limit=None)
         ms = {"reference": t1 - t0, "upload": t2 - t1, "compare": time.perf_counter() - t2}
         return {"problem": problem, "ms": {k: round(1e3 * x, 3) for k, x in ms.items()}}

@@ -28,7 +28,7 @@ def test_a_reference_is_float64_and_computed_once_for_many_waiters(builtin, monk
         t.join()
     assert len(calls) == 1 and len(got) == 8
     refs, expected = got[0]
-    assert refs[0].dtype == torch.float64 and expected == [("float32", (4, 8))]
+    assert refs[0].dtype == torch.float64 and expected == [("float32", (4, 8), (8, 1))]  # dtype, shape, strides
     assert all(g is got[0] for g in got)
 
 
@@ -79,7 +79,7 @@ def test_the_outputs_signature_is_found_once_per_shape_and_dtype_whatever_the_se
     monkeypatch.setattr(reference, "on_meta", lambda task, args: metas.append(1) or real(task, args))
     cache = ReferenceCache()
     for seed in range(3):
-        assert cache.get(builtin["softmax"], {**CASE, "seed": seed})[1] == [("float32", (4, 8))]
+        assert cache.get(builtin["softmax"], {**CASE, "seed": seed})[1] == [("float32", (4, 8), (8, 1))]
     cache.get(builtin["softmax"], {**CASE, "shape": {"M": 3, "N": 8}})  # another shape: found again
     assert len(metas) == 2 and cache.computed == 4
 

@@ -32,6 +32,7 @@ TASK = Task(
     ),
     dtypes=("float32",),
     tolerance={"float32": (1e-5, 1e-5)},
+    variants=("scaled", "offset"),
     cost=rows_cost(reads=1, writes=1, flops_per_elem=8, vec_reads=1),
     start_source=start_source("bias_gelu"),
     instruction=(

@@ -39,6 +39,9 @@ TASK = Task(
     ),
     dtypes=("float32",),
     tolerance={"float32": (1e-5, 1e-5)},
+    # input variants (suites.task.VARIANTS): the logits: a loss without the max overflows
+    variants=("scaled", "extreme"),
+    varied=(0,),
     cost=cost,
     start_source=start_source("cross_entropy"),
     instruction=(

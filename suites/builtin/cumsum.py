@@ -35,6 +35,7 @@ TASK = Task(
     # a float32 carry over long rows drifts by ~sqrt(N/BLOCK) half-ulps of an O(1) running
     # sum: about 1e-6 at N=100003, a tenth of the atol
     tolerance={"float32": (1e-5, 1e-5)},
+    variants=("scaled", "offset"),
     cost=rows_cost(reads=1, writes=1, flops_per_elem=1),
     start_source=start_source("cumsum"),
     instruction=(

@@ -46,6 +46,7 @@ TASK = Task(
     ),
     dtypes=("float32",),
     tolerance={"float32": (0.0, 0.0)},  # a gather must be exact
+    variants=("scaled", "offset", "extreme"),
     cost=cost,
     start_source=start_source("embedding"),
     instruction=(

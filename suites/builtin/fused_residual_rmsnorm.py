@@ -36,6 +36,9 @@ TASK = Task(
     ),
     dtypes=("float32",),
     tolerance={"float32": (1e-5, 1e-5)},
+    # input variants (suites.task.VARIANTS): x and the residual; the weight as drawn
+    variants=("scaled", "offset", "extreme"),
+    varied=(0, 1),
     cost=rows_cost(reads=2, writes=2, flops_per_elem=5, vec_reads=1),
     start_source=start_source("fused_residual_rmsnorm"),
     instruction=(

@@ -41,6 +41,7 @@ TASK = Task(
     dtypes=("float32",),
     # one float32 multiply: the result is the correctly rounded product (<= 2**-24 relative)
     tolerance={"float32": (1e-6, 1e-6)},
+    variants=("scaled",),
     cost=cost,
     start_source=start_source("int8_dequant"),
     instruction=(

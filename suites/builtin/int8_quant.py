@@ -44,6 +44,8 @@ TASK = Task(
     # int8 exact: compare.INTEGER_TIE_SHARE covers values on a .5 boundary rounded either way
     # (an atol of 1 accepted truncation instead of rounding, wrong on half the elements)
     tolerance={"int8": (0, 0), "float32": (1e-8, 1e-6)},
+    variants=("scaled", "offset", "extreme"),
+    rounding_ties=True,  # round half to even of a float quotient: float32 and float64 differ at .5
     cost=cost,
     start_source=start_source("int8_quant"),
     instruction=(

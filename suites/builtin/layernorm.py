@@ -35,6 +35,9 @@ TASK = Task(
     ),
     dtypes=("float32",),
     tolerance={"float32": (1e-5, 1e-5)},
+    # input variants (suites.task.VARIANTS): x: an offset mean breaks a one-pass E[x^2]-E[x]^2
+    variants=("scaled", "offset", "extreme"),
+    varied=(0,),
     cost=rows_cost(reads=1, writes=1, flops_per_elem=8, vec_reads=2),
     start_source=start_source("layernorm"),
     instruction=(

@@ -33,6 +33,8 @@ TASK = Task(
     ),
     dtypes=("float32",),
     tolerance={"float32": (1e-5, 1e-5)},
+    variants=("scaled", "offset", "extreme"),
+    varied=(0,),
     cost=rows_cost(reads=1, writes=1, flops_per_elem=4, vec_reads=1),
     start_source=start_source("rmsnorm"),
     instruction=(

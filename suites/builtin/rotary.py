@@ -61,6 +61,9 @@ TASK = Task(
     ),
     dtypes=("float32",),
     tolerance={"float32": (1e-5, 1e-5)},
+    # input variants (suites.task.VARIANTS): x: the cos/sin tables stay tables
+    variants=("scaled",),
+    varied=(0,),
     cost=cost,
     start_source=start_source("rotary"),
     instruction=(

@@ -35,6 +35,7 @@ TASK = Task(
     ),
     dtypes=("float32",),
     tolerance={"float32": (1e-5, 1e-5)},
+    variants=("scaled", "offset"),
     cost=cost,
     start_source=start_source("row_sum"),
     instruction="row_sum(x) -> y: x float32 (M, N); y float32 (M,) with y[i] = sum_j x[i, j].",

@@ -42,6 +42,7 @@ TASK = Task(
     ),
     dtypes=("float32",),
     tolerance={"float32": (0.0, 0.0)},  # a copy must be exact
+    variants=("scaled", "offset", "extreme"),
     cost=rows_cost(reads=1, writes=1, flops_per_elem=0),
     start_source=start_source("transpose_copy"),
     instruction=(
