@@ -7,6 +7,9 @@
 #             then each starting kernel against its baseline alone (A/A alone)
 #   validate  `validate --suite tritonbench` again for VTASKS (the record starts empty here)
 #   gputests  the GPU-marked tests of the exploit set, device draws, timing, trace and launch configs
+#   v3tests   issue 39: every test of the fail-closed exploit set (tests/test_exploits_v3_*.py) and
+#             the timing tests, on the GPU
+#   builtin_before, tbbench_before  the two benches in .before/ (`git archive BASE`, carried)
 # DEADLINE (default 540 s) bounds the whole script: a device call that overruns returns nothing,
 # so each step gets at most what is left less 15 s. Output under $OUT as it comes.
 cd "$(dirname "$0")/../.."
@@ -34,6 +37,12 @@ for s in "${STEP_LIST[@]}"; do
       step search $(( ${SEARCH_S:-280} + 50 )) python run.py --suite tritonbench --tasks $T14 --islands 2 --population 4 \
         --workers 8 --mem-limit 24 --time-limit ${SEARCH_S:-280} --archive /tmp/tb.db
       python bench/turn_phases.py /tmp/tb.db > $OUT/turn.txt 2>&1 ;;
+    v3tests)
+      step v3tests ${V3_S:-300} python -m pytest -q -p no:cacheprovider -rs tests/test_exploits_v3_*.py \
+        tests/test_timing.py tests/test_timing_v3.py ;;
+    builtin_before) (cd .before && step builtin_before 200 python bench/evaluator_bench.py --workers 8 --rounds 3 --no-aa) ;;
+    tbbench_before) (cd .before && TRITON_EVOLVE_DATA=$PWD/../.suites step tbbench_before 300 python bench/evaluator_bench.py \
+      --suite tritonbench --tasks $T12 --workers 8 --rounds 3) ;;
     builtin) step builtin 200 python bench/evaluator_bench.py --workers 8 --rounds 3 --no-aa ;;
     tbbench) step tbbench 300 python bench/evaluator_bench.py --suite tritonbench --tasks $T12 --workers 8 --rounds 3 ;;
     validate)
