@@ -2,9 +2,12 @@
 
 A pool has `size` slots; a caller takes one (waiting in order), gets a child freshly forked from
 the pool's zygote (fitness.zygote), talks to it, and the child is killed when the slot is given
-back. Each exchange runs under a watchdog that kills the child (and, through its PID namespace,
-everything it forked) on a deadline or when its resident memory passes the limit. A zygote that
-died is started again before the next fork.
+back. Each exchange runs under a watchdog that kills the child on a deadline or when its resident
+memory passes the limit. When the child goes, everything it started goes too, daemons included
+(no PID namespace holds it: CUDA does not start in one; fitness.reaper sweeps by its user
+namespace and ancestry instead), and a candidate that left processes running, or (without a
+mount namespace) files in /dev/shm, fails with a reason. A zygote that died is started again
+before the next fork.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
-from fitness import protocol
+from fitness import protocol, reaper
 from fitness.sandbox import Sandbox, worker_env
 from fitness.watch import WATCHDOG, Watched
 
@@ -64,6 +68,7 @@ class Zygote:
         self._lock = threading.Lock()
         self.log: IO[bytes] | None = None
         self.shut = False  # closed for good: no fork starts it again
+        self.pid: int | None = None  # as it said when ready (the sandbox's root is read through it)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -93,6 +98,7 @@ class Zygote:
             note = _tail(self.log)
             self.close()
             raise WorkerFailure(f"the zygote did not start ({hello.get('error', 'it exited')}); last output:\n{note}")
+        self.pid = hello.get("pid") if isinstance(hello.get("pid"), int) else self.proc.pid
         return ours
 
     def fork(self) -> ChildProcess:
@@ -117,8 +123,12 @@ class Zygote:
                 raise WorkerFailure(f"the zygote refused a fork: {reply}")
         finally:
             b.close()
-        child = ChildProcess(a, log, int(reply["pid"]), self.mem_limit)
-        child.hello()
+        child = ChildProcess(a, log, int(reply["pid"]), self.mem_limit, self.pid)
+        try:
+            child.hello()
+        except WorkerFailure:
+            child.close()
+            raise
         return child
 
     def close(self) -> None:
@@ -155,15 +165,23 @@ def _tail(log: IO[bytes]) -> str:
 class ChildProcess:
     """One forked child and its conversation with the engine."""
 
-    def __init__(self, conn: socket.socket, log: IO[bytes], pid: int, mem_limit: int):
+    def __init__(self, conn: socket.socket, log: IO[bytes], pid: int, mem_limit: int, zygote: int | None = None):
         self.conn, self.log, self.pids, self.mem_limit = conn, log, [pid], mem_limit
         self.info: dict = {}
         self.dead = False
+        self.zygote = zygote
+        # until the child said hello, its reaper (the zygote's direct child) marks its processes
+        self.marker = reaper.Marker(None, pid)
+        self._reaper_lived = True  # whether the reaper was alive when the child was first killed
+        self._shm = _ShmWatch(zygote)
+        self.left_behind = ""  # why the candidate fails for what it left (processes, files)
 
     def hello(self) -> None:
         self.info = self._exchange(None, STARTUP_TIMEOUT_S, "starting")
         if isinstance(self.info.get("pid"), int):
             self.pids.append(self.info["pid"])
+            # read now, before any of the candidate's code runs in the child
+            self.marker = reaper.marker_of(self.pids[0], self.pids[-1], self.zygote)
 
     def request(self, msg: dict, timeout_s: float) -> dict:
         if self.dead:
@@ -209,8 +227,12 @@ class ChildProcess:
         return f"worker crashed while {what} ({cause}); last output:\n{rest}"
 
     def kill(self) -> None:
+        """The child and its process group; its reaper only when the child is not known yet
+        (close() sweeps what the child started, then the reaper)."""
+        if not self.dead:
+            self._reaper_lived = reaper.alive(self.pids[0])
         self.dead = True
-        for pid in reversed(self.pids):
+        for pid in reversed(self.pids[1:] or self.pids):
             _kill_group(pid)
         try:
             self.conn.close()
@@ -219,8 +241,53 @@ class ChildProcess:
 
     def close(self) -> None:
         self.kill()
+        swept = reaper.sweep(self.marker, spare=frozenset(self.pids))
+        _kill_group(self.pids[0])
+        shm = self._shm.removed_note() if self.marker.user_ns is None else ""  # else /dev/shm was its own
+        self.left_behind = "; ".join(filter(None, (self._leftover_note(swept), shm)))
         self.log.close()
 
+    def _leftover_note(self, swept: reaper.Sweep) -> str:
+        notes = []
+        if swept.killed:
+            notes.append(f"started {len(swept.killed)} process(es) that outlived its evaluation "
+                         f"(a daemon?): {', '.join(swept.killed[:4])}; killed")
+        if swept.left:
+            notes.append(f"processes it started could not be killed: {swept.left[:8]}")
+        if self.marker.user_ns is None and not self._reaper_lived:
+            notes.append("could not verify that every process it started has ended: its child had no user "
+                         "namespace to find them by, and the reaper they are re-parented to was killed")
+        return "; ".join(notes)
+
+
+class _ShmWatch:
+    """Where a child could not take a mount namespace its /dev/shm is the sandbox's, shared: what
+    appeared there during its conversation is removed when it ends, and fails it (fail closed:
+    a candidate whose conversation overlapped with the writer's fails as well)."""
+
+    def __init__(self, zygote: int | None):
+        self.root = f"/proc/{zygote}/root/dev/shm" if zygote else "/dev/shm"
+        self.before = self._entries()
+
+    def _entries(self) -> set[str]:
+        try:
+            return set(os.listdir(self.root))
+        except OSError:
+            return set()
+
+    def removed_note(self) -> str:
+        """Removes what appeared since the fork; says what it was."""
+        new = sorted(self._entries() - self.before)
+        for name in new:
+            path = os.path.join(self.root, name)
+            try:
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+            except OSError:
+                pass
+        if not new:
+            return ""
+        return (f"wrote {', '.join(new[:4])} in /dev/shm, which it shared with other processes (no mount "
+                "namespace of its own): removed")
 
 class WorkerPool:
     """`size` slots over one zygote; callers wait, in order, for a free slot."""
@@ -284,16 +351,23 @@ class WorkerPool:
         self._take(cancel, order)
         t0 = time.monotonic()
         child = None
+        failed = ""
         try:
             child = self._take_spare() or self.zygote.fork()
             self._info = child.info or self._info
             yield child
+        except WorkerFailure as e:
+            failed = str(e)
         finally:
             if child is not None:
                 if child.dead:
                     self.restarts += 1
                 child.close()
             self._give_back(t0)
+        # what it left behind fails it too, or adds to why it failed
+        note = "; ".join(filter(None, (failed, child.left_behind if child is not None else "")))
+        if note:
+            raise WorkerFailure(note)
 
     def _take_spare(self) -> ChildProcess | None:
         if not self.spares:
