@@ -6,7 +6,8 @@ IPC namespace; it dies with the engine. Each child then takes its own /dev/shm, 
 and private folder again (fitness.isolation), so candidates share none of it with each other.
 Two Triton caches: the one candidates' processes may write (each child then confines its writes
 to a private layer, fitness.isolation), and the clean cache that only clean processes (the
-baseline, the timing replays: no candidate's host code) write and every process reads: launchers and the suites' kernels built once (fitness.cachelayer).
+baseline, the timing replays: no candidate's host code) write and every process reads:
+launchers and the suites' kernels built once (fitness.cachelayer).
 Candidates' sandboxes get the clean cache read-only, so even a child that could not take its own
 namespaces cannot plant a file there for a clean process to load.
 """
