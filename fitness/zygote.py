@@ -18,6 +18,8 @@ import socket
 import sys
 import time
 
+from fitness.reaper import Pinned
+
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -56,16 +58,15 @@ def _serve_child(conn_fd: int, log_fd: int, read_only: tuple[str, ...], clean: b
 def _wait_and_reap(pid: int) -> int:
     """The child's exit code, once it ended and every process left under this subreaper is
     killed and reaped (the engine sweeps as well: this process may be killed by the candidate)."""
-    from fitness.reaper import Marker, members
+    from fitness.reaper import Marker, kill, members, pin, release
 
     _, status = os.waitpid(pid, 0)
-    mine = Marker(None, os.getpid())
+    mine = Marker(None, pin(os.getpid()))
     while True:
-        for left in members(mine):
-            try:
-                os.kill(left, signal.SIGKILL)
-            except OSError:
-                pass
+        left = members(mine)  # pinned, each proven to descend from this process
+        for p in left.values():
+            kill(p)
+        release(left)
         try:
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
@@ -74,20 +75,25 @@ def _wait_and_reap(pid: int) -> int:
         time.sleep(0.01)
 
 
-def _kill_strays(forked: set[int]) -> set[int]:
-    """Kills every process re-parented here (not one this zygote forked, nor below one); the
-    children it forked that still run."""
-    from fitness.reaper import parents
+def _kill_strays(forked: list[Pinned], me: Pinned) -> list[Pinned]:
+    """Kills every process re-parented here (not one this zygote forked, nor below one), each
+    pinned and proven a child of this process first; the children it forked that still run."""
+    from fitness.reaper import is_live, kill, parents, pin
 
-    mine = os.getpid()
-    ppid = parents()
-    for pid, parent in ppid.items():
-        if parent == mine and pid not in forked:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-    return {pid for pid in forked if ppid.get(pid) == mine}
+    live: list[Pinned] = []
+    for p in forked:
+        if is_live(p):
+            live.append(p)
+        else:
+            os.close(p.fd)
+    ours = {p.pid for p in live}  # held by live children: no stray can have one of these pids
+    for pid, parent in parents().items():
+        if parent == me.pid and pid not in ours:
+            stray = pin(pid, me)
+            if stray is not None:
+                kill(stray)
+                os.close(stray.fd)
+    return live
 
 
 def _warm_triton() -> None:
@@ -130,7 +136,11 @@ def main() -> None:
     import ctypes
 
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1)
-    forked: set[int] = set()
+    from fitness.reaper import pin
+
+    me = pin(os.getpid())
+    assert me is not None
+    forked: list[Pinned] = []
     ctl.send(json.dumps({"op": "ready", "pid": os.getpid()}).encode())
     while True:
         try:
@@ -144,10 +154,12 @@ def main() -> None:
                 os.close(fd)
             ctl.send(json.dumps({"error": "a fork request carries two descriptors"}).encode())
             continue
-        forked = _kill_strays(forked)
+        forked = _kill_strays(forked, me)
         pid = os.fork()
         if pid == 0:
             ctl.close()
+            for p in (me, *forked):  # no candidate gets a handle on its siblings
+                os.close(p.fd)
             try:
                 _serve_child(fds[0], fds[1], read_only, clean, state)
             except BaseException:  # noqa: BLE001 - into the child's log, for the engine's note
@@ -158,7 +170,9 @@ def main() -> None:
                 os._exit(1)
             finally:
                 os._exit(0)
-        forked.add(pid)
+        child = pin(pid, me)  # None: it is gone already (reaped by the kernel)
+        if child is not None:
+            forked.append(child)
         for fd in fds:
             os.close(fd)
         ctl.send(json.dumps({"pid": pid}).encode())
