@@ -194,7 +194,8 @@ def confine(read_only: tuple[str, ...], keep_cache: bool = False) -> str:
                + ("shared folders read-only" if keep_cache else "every other mount read-only"))
     except OSError as e:
         root = tempfile.mkdtemp(prefix="te-child-")
-        how = (f"a private folder only (namespaces refused: {e}); /dev/shm and /tmp shared, "
-               "files it leaves there removed; its processes found by ancestry only")
+        how = (f"a private folder only (namespaces refused: {e}); /dev/shm and /tmp its sandbox's: "
+               "files it leaves in /dev/shm fail it, and are removed only where provably its own; "
+               "its processes found by ancestry only")
     private_env(root, keep_cache)
     return how

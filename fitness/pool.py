@@ -70,6 +70,9 @@ class Zygote:
         self.shut = False  # closed for good: no fork starts it again
         self.pid: int | None = None  # as it said when ready (the sandbox's root is read through it)
         self.pinned: reaper.Pinned | None = None  # the zygote, held by a pidfd (fitness.reaper)
+        # names a candidate left in a /dev/shm shared with the machine, not provably its own
+        # (fitness.pool._ShmWatch): while one is there, every later candidate fails
+        self.tainted_shm: set[str] = set()
 
     def shutdown(self) -> None:
         with self._lock:
@@ -128,7 +131,7 @@ class Zygote:
                 raise WorkerFailure(f"the zygote refused a fork: {reply}")
         finally:
             b.close()
-        child = ChildProcess(a, log, int(reply["pid"]), self.mem_limit, self.pinned)
+        child = ChildProcess(a, log, int(reply["pid"]), self.mem_limit, self.pinned, self.tainted_shm)
         try:
             child.hello()
         except WorkerFailure:
@@ -190,7 +193,7 @@ class ChildProcess:
     """One forked child and its conversation with the engine."""
 
     def __init__(self, conn: socket.socket, log: IO[bytes], pid: int, mem_limit: int,
-                 zygote: reaper.Pinned | None = None):
+                 zygote: reaper.Pinned | None = None, tainted_shm: set[str] | None = None):
         self.conn, self.log, self.pids, self.mem_limit = conn, log, [pid], mem_limit
         self.info: dict = {}
         self.dead = False
@@ -201,7 +204,7 @@ class ChildProcess:
         self.child: reaper.Pinned | None = None
         self.marker = reaper.Marker(None, self.reaper)
         self._reaper_lived = True  # whether the reaper was alive when the child was first killed
-        self._shm = _ShmWatch(zygote.pid if zygote else None)
+        self._shm = _ShmWatch(zygote.pid if zygote else None, set() if tainted_shm is None else tainted_shm)
         self.left_behind = ""  # why the candidate fails for what it left (processes, files)
 
     def hello(self) -> None:
@@ -311,10 +314,12 @@ class _ShmWatch:
     writer's fails as well). In the pool's own /dev/shm it is removed (only this pool's
     candidates write there); in the machine's, only what the candidate's own processes held open
     or mapped, and no other process did, is removed: the rest may be another program's (torch's
-    shared memory, another run's), so it is left and named in the reason."""
+    shared memory, another run's), so it is left and named in the reason, and every later
+    candidate of the pool fails while it is there (it could have been read)."""
 
-    def __init__(self, zygote: int | None):
+    def __init__(self, zygote: int | None, tainted: set[str]):
         self.root = f"/proc/{zygote}/root/dev/shm" if zygote else "/dev/shm"
+        self.tainted = tainted  # the pool's, shared by its children
         self.before = self._entries()
         try:
             self.private = os.stat(self.root).st_dev != os.stat("/dev/shm").st_dev
@@ -347,9 +352,14 @@ class _ShmWatch:
 
     def note(self, held: set[str]) -> str:
         """Removes what appeared since the fork and is provably the candidate's; says what."""
-        new = sorted(self._entries() - self.before)
+        now = self._entries()
+        new = sorted(now - self.before)
+        self.tainted &= now  # gone since: no longer a channel
+        seen = sorted(self.tainted & self.before)
+        stale = (f"/dev/shm, shared with the machine, held {', '.join(seen[:4])} during its evaluation, left by "
+                 "an earlier candidate and not removable (could have been read)") if seen else ""
         if not new:
-            return ""
+            return stale
         gone = [n for n in new if (self.private or n in held) and _remove(os.path.join(self.root, n))]
         left = [n for n in new if n not in gone]
         where = "this pool's candidates" if self.private else "the whole machine"
@@ -359,7 +369,8 @@ class _ShmWatch:
             note += f"; removed {', '.join(gone[:4])} (its own)"
         if left:
             note += f"; left {', '.join(left[:4])} in place (not provably its own)"
-        return note
+            self.tainted.update(left)
+        return "; ".join(filter(None, (note, stale)))
 
 
 def _shm_names(pid: int) -> set[str]:
