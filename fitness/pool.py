@@ -5,9 +5,9 @@ the pool's zygote (fitness.zygote), talks to it, and the child is killed when th
 back. Each exchange runs under a watchdog that kills the child on a deadline or when its resident
 memory passes the limit. When the child goes, everything it started goes too, daemons included
 (no PID namespace holds it: CUDA does not start in one; fitness.reaper sweeps by its user
-namespace and ancestry instead), and a candidate that left processes running, or (without a
-mount namespace) files in /dev/shm, fails with a reason. A zygote that died is started again
-before the next fork.
+namespace and ancestry instead, killing through pidfds only processes proven its own), and a
+candidate that left processes running, or (without a mount namespace) files in /dev/shm, fails
+with a reason. A zygote that died is started again before the next fork.
 """
 from __future__ import annotations
 

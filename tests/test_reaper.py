@@ -9,6 +9,8 @@ import pytest
 
 from fitness import reaper
 
+pytestmark = pytest.mark.slow  # starts subprocesses
+
 # a subreaper with a daemon under it: its child forks, the grandchild calls setsid and sleeps
 SUBREAPER = """
 import ctypes, os, sys, time
