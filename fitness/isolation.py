@@ -21,12 +21,20 @@ import os
 import resource
 import tempfile
 
-CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWIPC = 0x00020000, 0x10000000, 0x08000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
 MAX_FILE_BYTES = 256 << 20
 MAX_OPEN_FILES = 1024
 CANDIDATE_NICE = 10  # added to a candidate child's niceness (fitness.isolation.set_limits)
 PRIVATE_MOUNT = "/tmp/te-private"  # made by the zygote; each child mounts its own tmpfs there
+SHM = "/dev/shm"
+# set by the user (or a test) for the engine: children behave as on a machine that refuses
+# unprivileged namespaces (CI), to exercise that fallback; a candidate cannot set the zygote's
+NO_NAMESPACES = "TE_NO_CHILD_NAMESPACES"
+SHM_SIZE = "512m"  # a private /dev/shm's cap: tmpfs pages are not in the RSS the watchdog reads
+# kernel filesystems: writes there are checked against the initial namespace, not the mount
+# flags; /dev holds device nodes the GPU needs open for writing (its shm replaced below)
+UNSEALED = ("/proc", "/sys", "/dev")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -46,25 +54,67 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def _remount_read_only(path: str) -> None:
-    """Bind `path` onto itself read-only, keeping the flags a more privileged namespace locked
-    on it (bubblewrap mounts its /tmp nosuid,nodev: a remount that drops them is refused)."""
+class SealFailed(Exception):
+    """A candidate's child could not be sealed; it must not run the candidate."""
+
+
+def _locked_flags(path: str) -> int:
+    """The flags a more privileged namespace locked on the mount at `path` (bubblewrap mounts its
+    /tmp nosuid,nodev: a remount that drops them is refused)."""
     keep = 0
     flags = os.statvfs(path).f_flag
     for st, ms in ((os.ST_NOSUID, 2), (os.ST_NODEV, 4), (os.ST_NOEXEC, 8), (os.ST_NOATIME, 1024),
                    (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21)):
         if flags & st:
             keep |= ms
+    return keep
+
+
+def _remount_read_only(path: str) -> None:
+    """Bind `path` onto itself read-only, keeping its locked flags."""
+    keep = _locked_flags(path)
     _mount(path, path, None, MS_BIND | MS_REC)
     _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
 
 
-def enter_namespaces(read_only: tuple[str, ...]) -> str:
-    """New user + mount namespaces, a private tmpfs, `read_only` remounted read-only. Raises
-    OSError when the kernel refuses. No PID namespace: CUDA fails to start in one (error 304,
-    seen on the H100 with and without bubblewrap, bench/ns_probe.py)."""
+def writable_mounts() -> list[str]:
+    """Mount points this process sees writable, outside the kernel's own filesystems; a mount
+    hidden under another on the same point is unreachable and left out."""
+    mounts = []  # (id, parent id, point, writable)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point = fields[4].encode().decode("unicode_escape")  # octal escapes: \040 is a space
+            mounts.append((fields[0], fields[1], point, "rw" in fields[5].split(",")))
+    hidden = {parent for _, parent, point, _ in mounts for mid, _, other, _ in mounts
+              if mid == parent and other == point}
+    found = {point for mid, _, point, rw in mounts if rw and mid not in hidden
+             and not any(point == u or point.startswith(u + "/") for u in UNSEALED)}
+    return sorted(found, key=len)
+
+
+def seal() -> None:
+    """Every writable mount read-only (a candidate child: nothing it writes outside its private
+    tmpfs can be read by a clean process, or by the next candidate). Raises SealFailed where one
+    cannot be: the child then fails closed, past confine's fallback."""
+    for point in writable_mounts():
+        try:
+            _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _locked_flags(point))
+        except OSError as e:
+            raise SealFailed(f"could not make {point} read-only for the candidate ({e})") from None
+    left = writable_mounts()
+    if left:
+        raise SealFailed(f"mounts still writable after sealing: {', '.join(left[:5])}")
+
+
+def enter_namespaces(read_only: tuple[str, ...], sealed: bool = False) -> str:
+    """New user, mount and IPC namespaces, a private tmpfs and a private /dev/shm, `read_only`
+    remounted read-only (with `sealed`: every other writable mount as well). Raises OSError when
+    the kernel refuses. No PID namespace: CUDA fails to start in one (error 304, seen on the H100
+    with and without bubblewrap, bench/ns_probe.py), and a process that unshares one cannot start
+    threads (fitness.reaper finds a candidate's processes instead)."""
     uid, gid = os.getuid(), os.getgid()
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC), "unshare")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
@@ -72,7 +122,11 @@ def enter_namespaces(read_only: tuple[str, ...]) -> str:
     for path in read_only:
         if os.path.isdir(path):
             _remount_read_only(path)
+    if sealed:
+        seal()
     _mount("tmpfs", PRIVATE_MOUNT, "tmpfs", 0, "size=2g,mode=700")
+    if os.path.isdir(SHM):  # after the seal: this one stays writable, and is this child's alone
+        _mount("tmpfs", SHM, "tmpfs", 2 | 4, f"size={SHM_SIZE},mode=1777")  # nosuid, nodev
     return PRIVATE_MOUNT
 
 
@@ -129,12 +183,19 @@ def private_env(root: str, keep_cache: bool = False) -> None:
 
 
 def confine(read_only: tuple[str, ...], keep_cache: bool = False) -> str:
-    """How this process is confined (it goes into the verdict)."""
+    """How this process is confined (it goes into the verdict). `keep_cache`: a clean child
+    (no candidate's code), which keeps the clean Triton cache writable; a candidate's child has
+    every other mount sealed read-only."""
     try:
-        root = enter_namespaces(read_only)
-        how = "own user and mount namespaces; private tmpfs; shared folders read-only"
+        if os.environ.get(NO_NAMESPACES) == "1":
+            raise OSError(0, f"{NO_NAMESPACES}=1 in the engine's environment")
+        root = enter_namespaces(read_only, sealed=not keep_cache)
+        how = ("own user, mount and IPC namespaces; private tmpfs and /dev/shm; "
+               + ("shared folders read-only" if keep_cache else "every other mount read-only"))
     except OSError as e:
         root = tempfile.mkdtemp(prefix="te-child-")
-        how = f"a private folder only (namespaces refused: {e})"
+        how = (f"a private folder only (namespaces refused: {e}); /dev/shm and /tmp its sandbox's: "
+               "files it leaves in /dev/shm fail it, and are removed only where provably its own; "
+               "its processes found by ancestry only")
     private_env(root, keep_cache)
     return how

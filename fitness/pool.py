@@ -2,9 +2,12 @@
 
 A pool has `size` slots; a caller takes one (waiting in order), gets a child freshly forked from
 the pool's zygote (fitness.zygote), talks to it, and the child is killed when the slot is given
-back. Each exchange runs under a watchdog that kills the child (and, through its PID namespace,
-everything it forked) on a deadline or when its resident memory passes the limit. A zygote that
-died is started again before the next fork.
+back. Each exchange runs under a watchdog that kills the child on a deadline or when its resident
+memory passes the limit. When the child goes, everything it started goes too, daemons included
+(no PID namespace holds it: CUDA does not start in one; fitness.reaper sweeps by its user
+namespace and ancestry instead, killing through pidfds only processes proven its own), and a
+candidate that left processes running, or (without a mount namespace) files in /dev/shm, fails
+with a reason. A zygote that died is started again before the next fork.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
-from fitness import protocol
+from fitness import protocol, reaper
 from fitness.sandbox import Sandbox, worker_env
 from fitness.watch import WATCHDOG, Watched
 
@@ -64,6 +68,11 @@ class Zygote:
         self._lock = threading.Lock()
         self.log: IO[bytes] | None = None
         self.shut = False  # closed for good: no fork starts it again
+        self.pid: int | None = None  # as it said when ready (the sandbox's root is read through it)
+        self.pinned: reaper.Pinned | None = None  # the zygote, held by a pidfd (fitness.reaper)
+        # names a candidate left in a /dev/shm shared with the machine, not provably its own
+        # (fitness.pool._ShmWatch): while one is there, every later candidate fails
+        self.tainted_shm: set[str] = set()
 
     def shutdown(self) -> None:
         with self._lock:
@@ -93,6 +102,11 @@ class Zygote:
             note = _tail(self.log)
             self.close()
             raise WorkerFailure(f"the zygote did not start ({hello.get('error', 'it exited')}); last output:\n{note}")
+        self.pid = hello.get("pid") if isinstance(hello.get("pid"), int) else self.proc.pid
+        self.pinned = _pin_zygote(self.pid, self.proc.pid)
+        if self.pinned is None:
+            self.close()
+            raise WorkerFailure(f"the zygote (pid {self.pid}) could not be pinned as this pool's process")
         return ours
 
     def fork(self) -> ChildProcess:
@@ -117,21 +131,44 @@ class Zygote:
                 raise WorkerFailure(f"the zygote refused a fork: {reply}")
         finally:
             b.close()
-        child = ChildProcess(a, log, int(reply["pid"]), self.mem_limit)
-        child.hello()
+        child = ChildProcess(a, log, int(reply["pid"]), self.mem_limit, self.pinned, self.tainted_shm)
+        try:
+            child.hello()
+        except WorkerFailure:
+            child.close()
+            raise
         return child
 
     def close(self) -> None:
         if self.ctl is not None:
             self.ctl.close()
             self.ctl = None
+        if self.pinned is not None:
+            os.close(self.pinned.fd)
+            self.pinned = None
         if self.proc is not None:
-            _kill_group(self.proc.pid)
+            if self.proc.poll() is None:  # not reaped: its pid (and group) are still its own
+                _kill_group(self.proc.pid)
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
             self.proc = None
+
+
+def _pin_zygote(pid: int, launcher: int) -> reaper.Pinned | None:
+    """The zygote pinned, where it is the launcher itself or runs below it (bubblewrap's)."""
+    p = reaper.pin(pid)
+    if p is None:
+        return None
+    up, hops = pid, 0
+    while up not in (launcher, 0, 1) and hops < 4:
+        st = reaper.stat_of(up)
+        up, hops = (st[1] if st else 0), hops + 1
+    if up == launcher and reaper.is_live(p):
+        return p
+    os.close(p.fd)
+    return None
 
 
 def _kill_group(pid: int) -> None:
@@ -155,15 +192,35 @@ def _tail(log: IO[bytes]) -> str:
 class ChildProcess:
     """One forked child and its conversation with the engine."""
 
-    def __init__(self, conn: socket.socket, log: IO[bytes], pid: int, mem_limit: int):
+    def __init__(self, conn: socket.socket, log: IO[bytes], pid: int, mem_limit: int,
+                 zygote: reaper.Pinned | None = None, tainted_shm: set[str] | None = None):
         self.conn, self.log, self.pids, self.mem_limit = conn, log, [pid], mem_limit
         self.info: dict = {}
         self.dead = False
+        self.zygote = zygote
+        # the zygote's direct child, pinned while it is provably the zygote's; until the child
+        # said hello it marks the child's processes by their ancestry
+        self.reaper = reaper.pin(pid, zygote) if zygote is not None else None
+        self.child: reaper.Pinned | None = None
+        self.marker = reaper.Marker(None, self.reaper)
+        self._reaper_lived = True  # whether the reaper was alive when the child was first killed
+        self._shm = _ShmWatch(zygote.pid if zygote else None, set() if tainted_shm is None else tainted_shm)
+        self.left_behind = ""  # why the candidate fails for what it left (processes, files)
 
     def hello(self) -> None:
+        if self.reaper is None:
+            self.kill()
+            raise WorkerFailure(f"the child's reaper (pid {self.pids[0]}) could not be pinned as the zygote's "
+                                "child; not used")
         self.info = self._exchange(None, STARTUP_TIMEOUT_S, "starting")
         if isinstance(self.info.get("pid"), int):
             self.pids.append(self.info["pid"])
+            # read now, before any of the candidate's code runs in the child
+            self.child = reaper.pin(self.pids[-1], self.reaper)
+            self.marker = reaper.marker_of(self.reaper, self.child, self.zygote.pid if self.zygote else None)
+        if self.child is None:
+            self.kill()
+            raise WorkerFailure("the child's process could not be pinned as its reaper's child; not used")
 
     def request(self, msg: dict, timeout_s: float) -> dict:
         if self.dead:
@@ -209,17 +266,136 @@ class ChildProcess:
         return f"worker crashed while {what} ({cause}); last output:\n{rest}"
 
     def kill(self) -> None:
+        """The child (its reaper where the child is not known yet), through its pidfd: a pid
+        alone may be another process's by now. What it started is swept by close()."""
+        if not self.dead:
+            self._reaper_lived = reaper.alive(self.reaper)
         self.dead = True
-        for pid in reversed(self.pids):
-            _kill_group(pid)
+        target = self.child or self.reaper
+        if target is not None:
+            reaper.kill(target)
         try:
             self.conn.close()
         except OSError:
             pass
 
     def close(self) -> None:
+        held = self._shm.held_by(self.marker, self.child) if self.marker.user_ns is None else set()
         self.kill()
+        swept = reaper.sweep(self.marker, spare=frozenset(self.pids[1:]))
+        if self.reaper is not None:
+            reaper.kill(self.reaper)
+        shm = self._shm.note(held) if self.marker.user_ns is None else ""  # else /dev/shm was its own
+        self.left_behind = "; ".join(filter(None, (self._leftover_note(swept), shm)))
+        self.marker.close()  # closes the reaper's pidfd too
+        if self.child is not None:
+            os.close(self.child.fd)
+            self.child = None
+        self.reaper = None
         self.log.close()
+
+    def _leftover_note(self, swept: reaper.Sweep) -> str:
+        notes = []
+        if swept.killed:
+            notes.append(f"started {len(swept.killed)} process(es) that outlived its evaluation "
+                         f"(a daemon?): {', '.join(swept.killed[:4])}; killed")
+        if swept.left:
+            notes.append(f"processes it started could not be killed: {swept.left[:8]}")
+        if self.marker.user_ns is None and not self._reaper_lived:
+            notes.append("could not verify that every process it started has ended: its child had no user "
+                         "namespace to find them by, and the reaper they are re-parented to was killed")
+        return "; ".join(notes)
+
+
+class _ShmWatch:
+    """Where a child could not take a mount namespace, its /dev/shm is its sandbox's: a tmpfs of
+    this pool's own under bubblewrap, else the machine's. What appeared there during its
+    conversation fails it (fail closed: a candidate whose conversation overlapped with the
+    writer's fails as well). In the pool's own /dev/shm it is removed (only this pool's
+    candidates write there); in the machine's, only what the candidate's own processes held open
+    or mapped, and no other process did, is removed: the rest may be another program's (torch's
+    shared memory, another run's), so it is left and named in the reason, and every later
+    candidate of the pool fails while it is there (it could have been read)."""
+
+    def __init__(self, zygote: int | None, tainted: set[str]):
+        self.root = f"/proc/{zygote}/root/dev/shm" if zygote else "/dev/shm"
+        self.tainted = tainted  # the pool's, shared by its children
+        self.before = self._entries()
+        try:
+            self.private = os.stat(self.root).st_dev != os.stat("/dev/shm").st_dev
+        except OSError:
+            self.private = False
+
+    def _entries(self) -> set[str]:
+        try:
+            return set(os.listdir(self.root))
+        except OSError:
+            return set()
+
+    def held_by(self, marker: reaper.Marker, child: reaper.Pinned | None) -> set[str]:
+        """Names in /dev/shm that the candidate's processes hold open or mapped (read before
+        they are killed), and that no other readable process holds."""
+        if self.private:
+            return set()
+        found = reaper.members(marker)
+        ours = {p.pid: p for p in ([child] if child else [])} | found
+        held: set[str] = set()
+        for pid, p in ours.items():
+            names = _shm_names(pid)
+            if reaper.is_live(p):  # what was read is that process's
+                held |= names
+        reaper.release(found)
+        if held:
+            held -= set().union(*(_shm_names(int(n)) for n in os.listdir("/proc")
+                                  if n.isdigit() and int(n) not in ours))
+        return held
+
+    def note(self, held: set[str]) -> str:
+        """Removes what appeared since the fork and is provably the candidate's; says what."""
+        now = self._entries()
+        new = sorted(now - self.before)
+        self.tainted &= now  # gone since: no longer a channel
+        seen = sorted(self.tainted & self.before)
+        stale = (f"/dev/shm, shared with the machine, held {', '.join(seen[:4])} during its evaluation, left by "
+                 "an earlier candidate and not removable (could have been read)") if seen else ""
+        if not new:
+            return stale
+        gone = [n for n in new if (self.private or n in held) and _remove(os.path.join(self.root, n))]
+        left = [n for n in new if n not in gone]
+        where = "this pool's candidates" if self.private else "the whole machine"
+        note = (f"/dev/shm gained {', '.join(new[:4])} during its evaluation, shared with {where} (no "
+                "mount namespace of its own)")
+        if gone:
+            note += f"; removed {', '.join(gone[:4])} (its own)"
+        if left:
+            note += f"; left {', '.join(left[:4])} in place (not provably its own)"
+            self.tainted.update(left)
+        return "; ".join(filter(None, (note, stale)))
+
+
+def _shm_names(pid: int) -> set[str]:
+    """Names under /dev/shm that `pid` has open (/proc/PID/fd) or mapped (/proc/PID/maps)."""
+    paths: set[str] = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                paths.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                pass
+        with open(f"/proc/{pid}/maps") as f:
+            paths |= {ln.split(None, 5)[5].strip() for ln in f if "/dev/shm/" in ln}
+    except (OSError, IndexError):
+        pass
+    return {p.removeprefix("/dev/shm/").removesuffix(" (deleted)").split("/")[0]
+            for p in paths if p.startswith("/dev/shm/")}
+
+
+def _remove(path: str) -> bool:
+    try:
+        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+        return True
+    except OSError:
+        return False
 
 
 class WorkerPool:
@@ -284,16 +460,23 @@ class WorkerPool:
         self._take(cancel, order)
         t0 = time.monotonic()
         child = None
+        failed = ""
         try:
             child = self._take_spare() or self.zygote.fork()
             self._info = child.info or self._info
             yield child
+        except WorkerFailure as e:
+            failed = str(e)
         finally:
             if child is not None:
                 if child.dead:
                     self.restarts += 1
                 child.close()
             self._give_back(t0)
+        # what it left behind fails it too, or adds to why it failed
+        note = "; ".join(filter(None, (failed, child.left_behind if child is not None else "")))
+        if note:
+            raise WorkerFailure(note)
 
     def _take_spare(self) -> ChildProcess | None:
         if not self.spares:

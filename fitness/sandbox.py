@@ -1,10 +1,13 @@
 """How worker processes are confined: bubblewrap where it works, and a plain process otherwise.
 
-The sandbox gives the worker a read-only view of the filesystem, a private /tmp, no network and
-no IPC namespace; it dies with the engine. Two Triton caches: the one candidates' processes may
-write (each child then confines its writes to a private layer, fitness.isolation), and the clean
-cache that only clean processes (the baseline, the timing replays: no candidate's host code)
-write and every process reads: launchers and the suites' kernels built once (fitness.cachelayer).
+The sandbox gives the worker a read-only view of the filesystem, a private /tmp and /dev/shm (one
+per pool: the candidates' zygote and the clean one see different ones), no network and its own
+IPC namespace; it dies with the engine. Each child then takes its own /dev/shm, IPC namespace
+and private folder again (fitness.isolation), so candidates share none of it with each other.
+Two Triton caches: the one candidates' processes may write (each child then confines its writes
+to a private layer, fitness.isolation), and the clean cache that only clean processes (the
+baseline, the timing replays: no candidate's host code) write and every process reads:
+launchers and the suites' kernels built once (fitness.cachelayer).
 Candidates' sandboxes get the clean cache read-only, so even a child that could not take its own
 namespaces cannot plant a file there for a clean process to load.
 """
@@ -73,8 +76,8 @@ def detect(disabled: bool = False, triton_cache: str | None = None, data: tuple[
     for p in sorted(_needed_paths() | {os.path.realpath(d) for d in data}):
         if p.startswith("/tmp/") and os.path.exists(p):
             keep += ["--ro-bind", p, p]
-    prefix = (bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-              "--tmpfs", "/tmp", *keep, "--bind", str(cache), str(cache),
+    prefix = (bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm",
+              "--proc", "/proc", "--tmpfs", "/tmp", *keep, "--bind", str(cache), str(cache),
               "--unshare-net", "--unshare-ipc", "--die-with-parent")
     try:
         probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=30)
@@ -83,7 +86,7 @@ def detect(disabled: bool = False, triton_cache: str | None = None, data: tuple[
     if probe.returncode != 0:
         err = (probe.stderr.strip().splitlines() or ["exit code %d" % probe.returncode])[-1]
         return Sandbox((), f"none (bubblewrap is installed but cannot run here: {err})")
-    return Sandbox(prefix, "bubblewrap (read-only filesystem, private /tmp, no network)",
+    return Sandbox(prefix, "bubblewrap (read-only filesystem, private /tmp and /dev/shm, no network)",
                    str(clean_cache_dir(str(cache))))
 
 

@@ -16,8 +16,12 @@ import os
 import signal
 import socket
 import sys
+import time
+
+from fitness.reaper import Pinned
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def _serve_child(conn_fd: int, log_fd: int, read_only: tuple[str, ...], clean: bool, state) -> None:
@@ -30,25 +34,66 @@ def _serve_child(conn_fd: int, log_fd: int, read_only: tuple[str, ...], clean: b
     from fitness.isolation import confine, set_limits
 
     how = confine(read_only, keep_cache=clean)
-    # this process waits and logs how the child ended (the engine, not its parent, cannot wait
-    # for it); the child dies with it
+    import ctypes
+
+    # a subreaper: whatever the child starts and orphans (a daemon's double fork) is re-parented
+    # here, not to init, so it can be found by ancestry (fitness.reaper) and is killed below
+    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1)
     pid = os.fork()
     if pid:
         os.close(conn_fd)
-        _, status = os.waitpid(pid, 0)
-        code = os.waitstatus_to_exitcode(status)
+        code = _wait_and_reap(pid)
         # the engine cannot wait for a grandchild: the log carries how it ended
         how_ended = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         os.write(2, f"\n[te-exit] {how_ended}\n".encode())
         os._exit(code & 0xFF)
-    import ctypes
-
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     os.setsid()
     set_limits(clean)
     from fitness.child import Child
 
     Child(*state).serve(conn_fd, how)
+
+
+def _wait_and_reap(pid: int) -> int:
+    """The child's exit code, once it ended and every process left under this subreaper is
+    killed and reaped (the engine sweeps as well: this process may be killed by the candidate)."""
+    from fitness.reaper import Marker, kill, members, pin, release
+
+    _, status = os.waitpid(pid, 0)
+    mine = Marker(None, pin(os.getpid()))
+    while True:
+        left = members(mine)  # pinned, each proven to descend from this process
+        for p in left.values():
+            kill(p)
+        release(left)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+
+
+def _kill_strays(forked: list[Pinned], me: Pinned) -> list[Pinned]:
+    """Kills every process re-parented here (not one this zygote forked, nor below one), each
+    pinned and proven a child of this process first; the children it forked that still run."""
+    from fitness.reaper import is_live, kill, parents, pin
+
+    live: list[Pinned] = []
+    for p in forked:
+        if is_live(p):
+            live.append(p)
+        else:
+            os.close(p.fd)
+    ours = {p.pid for p in live}  # held by live children: no stray can have one of these pids
+    for pid, parent in parents().items():
+        if parent == me.pid and pid not in ours:
+            stray = pin(pid, me)
+            if stray is not None:
+                kill(stray)
+                os.close(stray.fd)
+    return live
 
 
 def _warm_triton() -> None:
@@ -86,6 +131,16 @@ def main() -> None:
     caches = () if clean else (os.environ.get("TRITON_CACHE_DIR", ""), os.environ.get("TE_SHARED_TRITON_CACHE", ""))
     read_only = tuple(p for p in ("/tmp", *caches) if p)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    # a subreaper too: a process whose child's reaper was killed (no user namespace marks it
+    # then) lands here, and is killed before the next child is forked
+    import ctypes
+
+    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1)
+    from fitness.reaper import pin
+
+    me = pin(os.getpid())
+    assert me is not None
+    forked: list[Pinned] = []
     ctl.send(json.dumps({"op": "ready", "pid": os.getpid()}).encode())
     while True:
         try:
@@ -99,9 +154,12 @@ def main() -> None:
                 os.close(fd)
             ctl.send(json.dumps({"error": "a fork request carries two descriptors"}).encode())
             continue
+        forked = _kill_strays(forked, me)
         pid = os.fork()
         if pid == 0:
             ctl.close()
+            for p in (me, *forked):  # no candidate gets a handle on its siblings
+                os.close(p.fd)
             try:
                 _serve_child(fds[0], fds[1], read_only, clean, state)
             except BaseException:  # noqa: BLE001 - into the child's log, for the engine's note
@@ -112,6 +170,9 @@ def main() -> None:
                 os._exit(1)
             finally:
                 os._exit(0)
+        child = pin(pid, me)  # None: it is gone already (reaped by the kernel)
+        if child is not None:
+            forked.append(child)
         for fd in fds:
             os.close(fd)
         ctl.send(json.dumps({"pid": pid}).encode())
