@@ -16,6 +16,12 @@ Tables (users and tests query these names):
             error, parse_error, source)   one row per LLM call actually made (or answer imported
             from a Batch API file); `response` is stored before it is used, and a request whose
             hash has a stored response is never sent again
+  llm_requests(request_hash, run_id, task, operator, island, generation, slot, parent_ids, body,
+               device, created)   one row per request queued for an --llm-exchange round, stored
+           when it is written out: an answer that comes back is matched to it by its custom_id,
+           whatever machine reads the answer, and stored with its request's text and place
+  retired_evaluations(... the evaluations columns ..., retired, retired_for)   evaluations made on
+           another device, set aside (never deleted) when a resume re-times a run here (--retime)
 WAL mode: readers (a report, a test) never block the writer, and a kill loses at most the
 write in flight. One connection, shared by the engine's threads under a lock.
 """
@@ -245,6 +251,31 @@ class Archive:
         with self.lock:
             return self.db.execute("select count(*) from evaluations e join candidates c on c.id = e.candidate_id "
                                    "where c.run_id = ? and c.task = ?", [run_id, task]).fetchone()[0]
+
+    # -- devices -----------------------------------------------------------------------------
+    def evaluation_devices(self, run_id: int) -> dict[str, int]:
+        """How many of the run's evaluations each device made, by the name its verdicts give."""
+        with self.lock:
+            return {r[0] or "": r[1] for r in self.db.execute(
+                "select e.device, count(*) from evaluations e join candidates c on c.id = e.candidate_id "
+                "where c.run_id = ? group by e.device order by e.device", [run_id]).fetchall()}
+
+    def retire_evaluations(self, run_id: int, devices: list[str], retired_for: str) -> int:
+        """Moves the run's evaluations made on `devices` into retired_evaluations, in one
+        transaction: their candidates read as unevaluated, and a kept one is evaluated again."""
+        marks = ",".join("?" * len(devices))
+        where = (f"candidate_id in (select id from candidates where run_id = ?) and device in ({marks})")
+        with self.lock:
+            self.prepare_to_write()
+            with self.db.conn:
+                self.db.table("retired_evaluations").create(
+                    {**rec.EVALUATION_COLUMNS, "retired": float, "retired_for": str}, pk="id", if_not_exists=True)
+                columns = ", ".join(rec.EVALUATION_COLUMNS)
+                n = self.db.execute(f"insert into retired_evaluations ({columns}, retired, retired_for) select "
+                                    f"{columns}, ?, ? from evaluations where {where}",
+                                    [time.time(), retired_for, run_id, *devices]).rowcount
+                self.db.execute(f"delete from evaluations where {where}", [run_id, *devices])
+        return n
 
     # -- LLM calls (the client's store) ------------------------------------------------------
     def llm_response(self, request_hash: str) -> dict | None:
