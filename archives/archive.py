@@ -138,6 +138,7 @@ class Archive:
             db.table("populations").create(rec.POPULATION_COLUMNS, pk=("run_id", "task", "island", "generation"),
                                      if_not_exists=True)
             db.table("llm_calls").create(rec.LLM_COLUMNS, pk="id", if_not_exists=True)
+            db.table("llm_requests").create(rec.REQUEST_COLUMNS, pk="request_hash", if_not_exists=True)
             db.table("sessions").create(rec.SESSION_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
                                   if_not_exists=True)
             db.table("sentinels").create(rec.SENTINEL_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
@@ -148,6 +149,7 @@ class Archive:
                     if name not in db.table(table).columns_dict:
                         db.table(table).add_column(name, kind)
             db.table("llm_calls").create_index(["request_hash"], if_not_exists=True)
+            db.table("llm_calls").create_index(["run_id", "slot"], if_not_exists=True)
             db.table("candidates").create_index(["run_id", "task", "code_hash"], if_not_exists=True)
             db.table("candidates").create_index(["run_id", "task", "island", "generation"], if_not_exists=True)
             db.table("evaluations").create_index(["candidate_id"], unique=True, if_not_exists=True)
@@ -284,6 +286,60 @@ class Archive:
             rows = list(self.db.query("select id, response from llm_calls where request_hash = ? and "
                                       "response is not null and (error is null or error = '') order by id limit 1",
                                       [request_hash]))
+        return rows[0] if rows else None
+
+    def llm_answer_for_slot(self, run_id: int, slot: str, request_hash: str) -> dict | None:
+        """An answer of this run to the same job asked in other words (another machine's prompt
+        names its GPU and its timings), not yet handed to another request."""
+        with self.lock:
+            rows = list(self.db.query("select id, response, request_hash from llm_calls where run_id = ? and "
+                                      "slot = ? and response is not null and (error is null or error = '') and "
+                                      "(used_for is null or used_for = ?) order by id limit 1",
+                                      [run_id, slot, request_hash]))
+        return rows[0] if rows else None
+
+    def use_llm_call(self, call_id: int, request_hash: str, meta: dict[str, Any]) -> None:
+        """A stored answer handed to the request `request_hash`: it is that request's from now on."""
+        self.claim_llm_call(call_id, meta)
+        with self.lock, self.db.conn:
+            self.db.execute("update llm_calls set used_for = coalesce(used_for, ?) where id = ?",
+                            [request_hash, call_id])
+
+    def unused_answers(self, run_id: int, task: str, island: int, generation: int) -> list[dict]:
+        """Answers stored for this island's generation that no request of the search took (its
+        draws went otherwise on this machine): the search adopts them, never drops them."""
+        with self.lock:
+            return list(self.db.query(
+                "select id, response, operator, parent_ids from llm_calls where run_id = ? and task = ? and "
+                "island = ? and generation = ? and response is not null and (error is null or error = '') and "
+                "used_for is null and candidate_id is null order by id", [run_id, task, island, generation]))
+
+    def unused_answer_count(self, run_id: int) -> int:
+        with self.lock:
+            return self.db.execute("select count(*) from llm_calls where run_id = ? and response is not null and "
+                                   "(error is null or error = '') and used_for is null and candidate_id is null",
+                                   [run_id]).fetchone()[0]
+
+    def llm_call_parents(self, call_id: int) -> tuple[int, ...] | None:
+        """The parents the call's request asked about (None: not recorded)."""
+        with self.lock:
+            row = self.db.execute("select parent_ids from llm_calls where id = ?", [call_id]).fetchone()
+        ids = rec.json_list(row[0]) if row and row[0] else None
+        return tuple(int(i) for i in ids) if ids is not None else None
+
+    def add_llm_request(self, row: dict[str, Any]) -> None:
+        """A request written out for an exchange round (the same request asked again keeps its row)."""
+        with self.lock:
+            self.prepare_to_write()
+            with self.db.conn:
+                self.db.table("llm_requests").insert({k: v for k, v in row.items() if k in rec.REQUEST_COLUMNS},
+                                                      pk="request_hash", ignore=True)
+
+    def llm_request(self, request_hash: str) -> dict | None:
+        if "llm_requests" not in self.db.table_names():
+            return None
+        with self.lock:
+            rows = list(self.db.query("select * from llm_requests where request_hash = ?", [request_hash]))
         return rows[0] if rows else None
 
     def has_llm_call(self, request_hash: str, source: str) -> bool:

@@ -31,7 +31,7 @@ from typing import Callable
 
 from archives.archive import Archive
 from archives.codehash import code_hash
-from archives.records import Candidate, Draft
+from archives.records import Candidate, Draft, json_list
 from evolve.breeding import AWAITING, Brood, Draw, Job, Proposal, breed
 from evolve.config import SearchConfig
 from evolve.policies import Policy
@@ -265,7 +265,7 @@ class TaskSearch:
     def _make_children(self, island: int, gen: int, brood: Brood) -> list[Candidate]:
         """The children still missing from this island's generation, added to the archive."""
         if brood.wanted - len(brood.made_before) <= 0 or self.stop.is_set():
-            return []
+            return self._adopt(island, gen)
         rows = self.archive.candidates(self.run_id, self.task.name)
         context = Context(self.task.name, self.task.instruction, self.task.entry, island, gen,
                           self._temperature(island), self._history(rows, island, gen), self.reference,
@@ -288,14 +288,49 @@ class TaskSearch:
                 if h in self.known:
                     return False  # the same kernel was made before in this run: not evaluated again
                 self.known.add(h)
+            # an answer found by its job's slot was asked about the parents its request names
+            parents = self._asked_parents(child) or tuple(p.id for p in job.parents)
             made.append(self.archive.add_candidate(Draft(self.run_id, self.task.name, island, gen, child.source, h,
-                                                         tuple(p.id for p in job.parents), child.operator,
-                                                         child.note)))
+                                                         parents, child.operator, child.note)))
             if child.llm_calls:
                 self.archive.link_llm_calls(child.llm_calls, made[-1].id)
             return True
 
         breed(brood, draw, lambda: self._drawable(brood.population), propose, keep, self.stop.is_set)
+        return made + self._adopt(island, gen)
+
+    def _asked_parents(self, child: Child) -> tuple[int, ...] | None:
+        return self.archive.llm_call_parents(child.llm_calls[0]) if child.llm_calls else None
+
+    def _adopt(self, island: int, gen: int) -> list[Candidate]:
+        """Children made from the answers stored for this island's generation that no job of this
+        draw took (asked on another machine, whose draw went otherwise): a paid answer is used,
+        never dropped. Each is the child of the parents its request named, by the operator that
+        asked; one that holds no module is recorded as failed, as the operator would have."""
+        rows = self.archive.unused_answers(self.run_id, self.task.name, island, gen)
+        if not rows or not self._await_turn(island):
+            return []
+        from operators.llm_parse import parse_answer
+
+        made: list[Candidate] = []
+        for row in rows:
+            self.archive.use_llm_call(row["id"], ADOPTED, {})
+            parsed = parse_answer(row["response"], self.task.entry)
+            if parsed.code is None:
+                self.archive.note_llm_failure(row["id"], parsed.error)
+                continue
+            h = code_hash(parsed.code)
+            with self.lock:
+                if h in self.known:
+                    continue
+                self.known.add(h)
+            parents = tuple(int(i) for i in json_list(row["parent_ids"]))
+            made.append(self.archive.add_candidate(Draft(self.run_id, self.task.name, island, gen, parsed.code, h,
+                                                         parents, row["operator"] or "llm", parsed.note)))
+            self.archive.link_llm_calls([row["id"]], made[-1].id)
+        if made:
+            logger.info("%s: island %d generation %d adopted %d stored answer(s)", self.task.name, island, gen,
+                        len(made))
         return made
 
     def _drawable(self, population: list[Kernel]) -> list[WeightedOperator]:
@@ -386,11 +421,15 @@ class TaskSearch:
                                             sum(k.correct for pop in islands for k in pop)))
 
 
+ADOPTED = "adopted"  # llm_calls.used_for of an answer that made a child without a request of this draw
 INVALID_HERE = "invalid-here"  # the evaluator's flag: the task's reference fails on this machine
 
 
 def _first_line(reason: str) -> str:
-    return reason.splitlines()[0][:200] if reason.strip() else "reference fails here"
+    """A reason for one line: for a trace, its lead-in and the exception it ended with."""
+    from suites.validation import brief
+
+    return brief(reason, 200) if reason.strip() else "reference fails here"
 
 
 def invalid_reason(c: Candidate) -> str:
