@@ -13,9 +13,11 @@ Tables (users and tests query these names):
            its throughput, and how busy the correctness workers and the GPU timing worker were
   llm_calls(id, run_id, candidate_id, task, operator, island, generation, model, request_hash,
             messages, response, prompt_tokens, completion_tokens, cost_usd, latency_s, attempts,
-            error, parse_error, source)   one row per LLM call actually made (or answer imported
-            from a Batch API file); `response` is stored before it is used, and a request whose
-            hash has a stored response is never sent again
+            error, parse_error, source, slot, parent_ids, used_for)   one row per LLM call actually
+            made (or answer imported from a Batch API file); `response` is stored before it is
+            used, and a request whose hash has a stored response is never sent again; `slot` names
+            the job asked for (no words of the prompt), so another machine's request for that job
+            finds it, and `used_for` the request it was handed to (null: not used yet)
   llm_requests(request_hash, run_id, task, operator, island, generation, slot, parent_ids, body,
                device, created)   one row per request queued for an --llm-exchange round, stored
            when it is written out: an answer that comes back is matched to it by its custom_id,

@@ -85,9 +85,10 @@ def test_a_task_known_invalid_in_an_earlier_session_stays_invalid(tmp_path):
     a = Archive(tmp_path / "a.db")
     run = a.new_run("builtin", {})
     start = a.add_candidate(Draft(run, "t", -1, 0, "s", "h0", (), "start"))
-    a.add_evaluation(start.id, Verdict("t", stage="none", reason="the reference raised: boom\nmore",
+    a.add_evaluation(start.id, Verdict("t", stage="none", reason="the reference fails here: Traceback (most recent call last):\n"
+                                       "  File \"ref.py\", line 3\nRuntimeError: boom",
                                        flags=["invalid-here"], device="cpu"))
-    assert known_invalid(a.candidates(run, "t")) == "the reference raised: boom"
+    assert known_invalid(a.candidates(run, "t")) == "the reference fails here: RuntimeError: boom"
     b = a.add_candidate(Draft(run, "u", -1, 0, "s", "h1", (), "start"))
     a.add_evaluation(b.id, Verdict("u", stage="correct", reason="timing: the replay faulted",
                                    flags=[TIMING_FAILED], device=H100))
@@ -148,3 +149,13 @@ def test_cli_resume_on_another_gpu_refuses_in_one_line_or_retimes_what_it_keeps(
                         "having count(*) > 1)").fetchone()[0] == 0
     summary = json.loads((tmp_path / "best" / "summary.json").read_text())
     assert summary["tasks"][0]["status"] == "exported" and summary["tasks"][0]["device"].startswith("cpu")
+
+
+@pytest.mark.gpu
+def test_this_gpu_is_named_as_its_verdicts_name_it(evaluator, builtin):
+    """On the GPU: the device a resume compares against (read before any evaluation, in a child
+    process) is the one the evaluator's verdicts name."""
+    here = machine_devices(evaluator)
+    assert here and "cpu" not in here
+    v = evaluator.evaluate(builtin["softmax"], builtin["softmax"].start_source)
+    assert device_model(v.device) in here, (v.device, here)
