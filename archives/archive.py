@@ -290,14 +290,14 @@ class Archive:
                                       [request_hash]))
         return rows[0] if rows else None
 
-    def llm_answer_for_slot(self, run_id: int, slot: str, request_hash: str) -> dict | None:
+    def llm_answer_for_slot(self, run_id: int, slot: str) -> dict | None:
         """An answer of this run to the same job asked in other words (another machine's prompt
-        names its GPU and its timings), not yet handed to another request."""
+        names its GPU and its timings). A job drawn again (a resume) gets its one answer again,
+        whose child the search then finds made already: an answer makes one child, never two."""
         with self.lock:
             rows = list(self.db.query("select id, response, request_hash from llm_calls where run_id = ? and "
-                                      "slot = ? and response is not null and (error is null or error = '') and "
-                                      "(used_for is null or used_for = ?) order by id limit 1",
-                                      [run_id, slot, request_hash]))
+                                      "slot = ? and response is not null and (error is null or error = '') "
+                                      "order by id limit 1", [run_id, slot]))
         return rows[0] if rows else None
 
     def use_llm_call(self, call_id: int, request_hash: str, meta: dict[str, Any]) -> None:

@@ -170,7 +170,7 @@ class LLMClient:
         if hit is None and slot is not None:
             # the same job asked on another machine, or before its parents were timed again: its
             # prompt's text differs (the GPU it names, the times it quotes), its answer is this job's
-            hit = self.store.llm_answer_for_slot(self.run_id, slot, key)
+            hit = self.store.llm_answer_for_slot(self.run_id, slot)
         if hit is not None:
             self.store.use_llm_call(hit["id"], key, row_meta)
             return Reply(hit["response"], hit["id"], cached=True)

@@ -85,9 +85,8 @@ def test_a_task_known_invalid_in_an_earlier_session_stays_invalid(tmp_path):
     a = Archive(tmp_path / "a.db")
     run = a.new_run("builtin", {})
     start = a.add_candidate(Draft(run, "t", -1, 0, "s", "h0", (), "start"))
-    a.add_evaluation(start.id, Verdict("t", stage="none", reason="the reference fails here: Traceback (most recent call last):\n"
-                                       "  File \"ref.py\", line 3\nRuntimeError: boom",
-                                       flags=["invalid-here"], device="cpu"))
+    trace = "the reference fails here: Traceback (most recent call last):\n  File ref.py, line 3\nRuntimeError: boom"
+    a.add_evaluation(start.id, Verdict("t", stage="none", reason=trace, flags=["invalid-here"], device="cpu"))
     assert known_invalid(a.candidates(run, "t")) == "the reference fails here: RuntimeError: boom"
     b = a.add_candidate(Draft(run, "u", -1, 0, "s", "h1", (), "start"))
     a.add_evaluation(b.id, Verdict("u", stage="correct", reason="timing: the replay faulted",

@@ -63,9 +63,11 @@ def test_an_answer_is_found_for_its_job_on_another_machine_and_used_once(tmp_pat
     assert archive.db.execute("select used_for from llm_calls").fetchone()[0] == new_key
     assert archive.unused_answer_count(run) == 0
     assert here.complete(_messages(CPU_NOTE), 0.7, meta, seed=11).call_id == reply.call_id  # its resume: the same
-    # used once: another request of the same job (yet other words) gets no second use of it
-    with pytest.raises(Pending):
-        here.complete(_messages("a third GPU"), 0.7, meta, seed=11)
+    # the same job drawn again on a third machine gets its one answer again (the search finds its
+    # child made already), and the answer stays the first user's
+    assert here.complete(_messages("a third GPU"), 0.7, meta, seed=11).call_id == reply.call_id
+    assert archive.db.execute("select used_for from llm_calls").fetchone()[0] == new_key
+    assert archive.db.execute("select count(*) from llm_calls").fetchone()[0] == 1
     with pytest.raises(Pending):  # another job (seed) never takes it
         here.complete(_messages(H100_NOTE + " "), 0.7, meta, seed=12)
     archive.close()
