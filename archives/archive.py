@@ -322,13 +322,6 @@ class Archive:
                                    "(error is null or error = '') and used_for is null and candidate_id is null",
                                    [run_id]).fetchone()[0]
 
-    def llm_call_parents(self, call_id: int) -> tuple[int, ...] | None:
-        """The parents the call's request asked about (None: not recorded)."""
-        with self.lock:
-            row = self.db.execute("select parent_ids from llm_calls where id = ?", [call_id]).fetchone()
-        ids = rec.json_list(row[0]) if row and row[0] else None
-        return tuple(int(i) for i in ids) if ids is not None else None
-
     def add_llm_request(self, row: dict[str, Any]) -> None:
         """A request written out for an exchange round (the same request asked again keeps its row)."""
         with self.lock:

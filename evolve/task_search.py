@@ -288,10 +288,9 @@ class TaskSearch:
                 if h in self.known:
                     return False  # the same kernel was made before in this run: not evaluated again
                 self.known.add(h)
-            # an answer found by its job's slot was asked about the parents its request names
-            parents = self._asked_parents(child) or tuple(p.id for p in job.parents)
             made.append(self.archive.add_candidate(Draft(self.run_id, self.task.name, island, gen, child.source, h,
-                                                         parents, child.operator, child.note)))
+                                                         tuple(p.id for p in job.parents), child.operator,
+                                                         child.note)))
             if child.llm_calls:
                 self.archive.link_llm_calls(child.llm_calls, made[-1].id)
             return True
@@ -299,12 +298,10 @@ class TaskSearch:
         breed(brood, draw, lambda: self._drawable(brood.population), propose, keep, self.stop.is_set)
         return made + self._adopt(island, gen)
 
-    def _asked_parents(self, child: Child) -> tuple[int, ...] | None:
-        return self.archive.llm_call_parents(child.llm_calls[0]) if child.llm_calls else None
-
     def _adopt(self, island: int, gen: int) -> list[Candidate]:
         """Children made from the answers stored for this island's generation that no job of this
-        draw took (asked on another machine, whose draw went otherwise): a paid answer is used,
+        draw took (asked on another machine, where the kept kernels' other timings drew other
+        parents or operators): a paid answer is used,
         never dropped. Each is the child of the parents its request named, by the operator that
         asked; one that holds no module is recorded as failed, as the operator would have."""
         rows = self.archive.unused_answers(self.run_id, self.task.name, island, gen)

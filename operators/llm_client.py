@@ -55,13 +55,13 @@ def request_hash(body: dict) -> str:
 
 def job_slot(meta: dict, seed: int | None, turns: int) -> str | None:
     """The job a request is made for, in no words of the prompt: task, operator, island,
-    generation, the job's seed and the conversation's length (a follow-up is its own slot). Within
-    one run a job's draw gives its seed, so an answer to it is found again on any machine; None
-    where the caller says too little to name a job."""
+    generation, the parents it asks about, the job's seed and the conversation's length (a
+    follow-up is its own slot). Within one run a job's draw gives its seed, so an answer to it is
+    found again on any machine; None where the caller says too little to name a job."""
     place = [meta.get(k) for k in ("task", "operator", "island", "generation")]
     if seed is None or any(v is None for v in place):
         return None
-    return json.dumps([*place, seed, turns])
+    return json.dumps([*place, [int(i) for i in meta.get("parent_ids") or []], seed, turns])
 
 
 @dataclass(frozen=True)

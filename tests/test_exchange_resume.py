@@ -68,6 +68,8 @@ def test_an_answer_is_found_for_its_job_on_another_machine_and_used_once(tmp_pat
     assert here.complete(_messages("a third GPU"), 0.7, meta, seed=11).call_id == reply.call_id
     assert archive.db.execute("select used_for from llm_calls").fetchone()[0] == new_key
     assert archive.db.execute("select count(*) from llm_calls").fetchone()[0] == 1
+    with pytest.raises(Pending):  # nor a job drawn about other parents (it is adopted instead)
+        here.complete(_messages(CPU_NOTE), 0.7, {**meta, "parent_ids": [4]}, seed=11)
     with pytest.raises(Pending):  # another job (seed) never takes it
         here.complete(_messages(H100_NOTE + " "), 0.7, meta, seed=12)
     archive.close()
