@@ -172,8 +172,8 @@ def search_configs(args: argparse.Namespace) -> Configs:
                     category=o.category, validation=o.validation, archive=archive,
                     # beside the archive and named after it: two archives of a suite never share their exports
                     export=Path(o.export) if o.export else archive.with_name(archive.stem + "-best"),
-                    fresh=o.fresh, extend=o.extend, time_limit=o.time_limit, aa_every=o.aa_every, operators=name,
-                    operators_explicit=o.explicit, knob_rate=o.knob_rate, device=o.device,
+                    fresh=o.fresh, extend=o.extend, retime=o.retime, time_limit=o.time_limit, aa_every=o.aa_every,
+                    operators=name, operators_explicit=o.explicit, knob_rate=o.knob_rate, device=o.device,
                     model=o.model, baseline=o.baseline, seeds=o.seeds, options=options)
     search = SearchConfig(islands=o.islands, population=o.population, generations=o.generations,
                           migration_interval=o.migration_interval, seed=o.seed,
@@ -195,7 +195,7 @@ def _resolved(args: argparse.Namespace, problems: list[str]) -> argparse.Namespa
 
     cli = {k: v for k, v in vars(args).items() if k in getattr(args, "given", ())}
     file = read_file(args.config, search_specs(), problems) if getattr(args, "config", None) else {}
-    first = {"fresh": False, "extend": False, **vars(args), **file, **cli}
+    first = {"fresh": False, "extend": False, "retime": False, **vars(args), **file, **cli}
     from suites.user import suite_label
 
     archive = first["archive"] or f"runs/{suite_label(first['suite'])}.db"

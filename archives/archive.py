@@ -13,9 +13,17 @@ Tables (users and tests query these names):
            its throughput, and how busy the correctness workers and the GPU timing worker were
   llm_calls(id, run_id, candidate_id, task, operator, island, generation, model, request_hash,
             messages, response, prompt_tokens, completion_tokens, cost_usd, latency_s, attempts,
-            error, parse_error, source)   one row per LLM call actually made (or answer imported
-            from a Batch API file); `response` is stored before it is used, and a request whose
-            hash has a stored response is never sent again
+            error, parse_error, source, slot, parent_ids, used_for)   one row per LLM call actually
+            made (or answer imported from a Batch API file); `response` is stored before it is
+            used, and a request whose hash has a stored response is never sent again; `slot` names
+            the job asked for (no words of the prompt), so another machine's request for that job
+            finds it, and `used_for` the request it was handed to (null: not used yet)
+  llm_requests(request_hash, run_id, task, operator, island, generation, slot, parent_ids, body,
+               device, created)   one row per request queued for an --llm-exchange round, stored
+           when it is written out: an answer that comes back is matched to it by its custom_id,
+           whatever machine reads the answer, and stored with its request's text and place
+  retired_evaluations(... the evaluations columns ..., retired, retired_for)   evaluations made on
+           another device, set aside (never deleted) when a resume re-times a run here (--retime)
 WAL mode: readers (a report, a test) never block the writer, and a kill loses at most the
 write in flight. One connection, shared by the engine's threads under a lock.
 """
@@ -132,6 +140,7 @@ class Archive:
             db.table("populations").create(rec.POPULATION_COLUMNS, pk=("run_id", "task", "island", "generation"),
                                      if_not_exists=True)
             db.table("llm_calls").create(rec.LLM_COLUMNS, pk="id", if_not_exists=True)
+            db.table("llm_requests").create(rec.REQUEST_COLUMNS, pk="request_hash", if_not_exists=True)
             db.table("sessions").create(rec.SESSION_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
                                   if_not_exists=True)
             db.table("sentinels").create(rec.SENTINEL_COLUMNS, pk="id", foreign_keys=[("run_id", "runs", "id")],
@@ -142,6 +151,7 @@ class Archive:
                     if name not in db.table(table).columns_dict:
                         db.table(table).add_column(name, kind)
             db.table("llm_calls").create_index(["request_hash"], if_not_exists=True)
+            db.table("llm_calls").create_index(["run_id", "slot"], if_not_exists=True)
             db.table("candidates").create_index(["run_id", "task", "code_hash"], if_not_exists=True)
             db.table("candidates").create_index(["run_id", "task", "island", "generation"], if_not_exists=True)
             db.table("evaluations").create_index(["candidate_id"], unique=True, if_not_exists=True)
@@ -246,6 +256,31 @@ class Archive:
             return self.db.execute("select count(*) from evaluations e join candidates c on c.id = e.candidate_id "
                                    "where c.run_id = ? and c.task = ?", [run_id, task]).fetchone()[0]
 
+    # -- devices -----------------------------------------------------------------------------
+    def evaluation_devices(self, run_id: int) -> dict[str, int]:
+        """How many of the run's evaluations each device made, by the name its verdicts give."""
+        with self.lock:
+            return {r[0] or "": r[1] for r in self.db.execute(
+                "select e.device, count(*) from evaluations e join candidates c on c.id = e.candidate_id "
+                "where c.run_id = ? group by e.device order by e.device", [run_id]).fetchall()}
+
+    def retire_evaluations(self, run_id: int, devices: list[str], retired_for: str) -> int:
+        """Moves the run's evaluations made on `devices` into retired_evaluations, in one
+        transaction: their candidates read as unevaluated, and a kept one is evaluated again."""
+        marks = ",".join("?" * len(devices))
+        where = (f"candidate_id in (select id from candidates where run_id = ?) and device in ({marks})")
+        with self.lock:
+            self.prepare_to_write()
+            with self.db.conn:
+                self.db.table("retired_evaluations").create(
+                    {**rec.EVALUATION_COLUMNS, "retired": float, "retired_for": str}, pk="id", if_not_exists=True)
+                columns = ", ".join(rec.EVALUATION_COLUMNS)
+                n = self.db.execute(f"insert into retired_evaluations ({columns}, retired, retired_for) select "
+                                    f"{columns}, ?, ? from evaluations where {where}",
+                                    [time.time(), retired_for, run_id, *devices]).rowcount
+                self.db.execute(f"delete from evaluations where {where}", [run_id, *devices])
+        return n
+
     # -- LLM calls (the client's store) ------------------------------------------------------
     def llm_response(self, request_hash: str) -> dict | None:
         """The stored answer to this request, if one was received (failed transports don't count)."""
@@ -253,6 +288,53 @@ class Archive:
             rows = list(self.db.query("select id, response from llm_calls where request_hash = ? and "
                                       "response is not null and (error is null or error = '') order by id limit 1",
                                       [request_hash]))
+        return rows[0] if rows else None
+
+    def llm_answer_for_slot(self, run_id: int, slot: str) -> dict | None:
+        """An answer of this run to the same job asked in other words (another machine's prompt
+        names its GPU and its timings). A job drawn again (a resume) gets its one answer again,
+        whose child the search then finds made already: an answer makes one child, never two."""
+        with self.lock:
+            rows = list(self.db.query("select id, response, request_hash from llm_calls where run_id = ? and "
+                                      "slot = ? and response is not null and (error is null or error = '') "
+                                      "order by id limit 1", [run_id, slot]))
+        return rows[0] if rows else None
+
+    def use_llm_call(self, call_id: int, request_hash: str, meta: dict[str, Any]) -> None:
+        """A stored answer handed to the request `request_hash`: it is that request's from now on."""
+        self.claim_llm_call(call_id, meta)
+        with self.lock, self.db.conn:
+            self.db.execute("update llm_calls set used_for = coalesce(used_for, ?) where id = ?",
+                            [request_hash, call_id])
+
+    def unused_answers(self, run_id: int, task: str, island: int, generation: int) -> list[dict]:
+        """Answers stored for this island's generation that no request of the search took (its
+        draws went otherwise on this machine): the search adopts them, never drops them."""
+        with self.lock:
+            return list(self.db.query(
+                "select id, response, operator, parent_ids from llm_calls where run_id = ? and task = ? and "
+                "island = ? and generation = ? and response is not null and (error is null or error = '') and "
+                "used_for is null and candidate_id is null order by id", [run_id, task, island, generation]))
+
+    def unused_answer_count(self, run_id: int) -> int:
+        with self.lock:
+            return self.db.execute("select count(*) from llm_calls where run_id = ? and response is not null and "
+                                   "(error is null or error = '') and used_for is null and candidate_id is null",
+                                   [run_id]).fetchone()[0]
+
+    def add_llm_request(self, row: dict[str, Any]) -> None:
+        """A request written out for an exchange round (the same request asked again keeps its row)."""
+        with self.lock:
+            self.prepare_to_write()
+            with self.db.conn:
+                self.db.table("llm_requests").insert({k: v for k, v in row.items() if k in rec.REQUEST_COLUMNS},
+                                                      pk="request_hash", ignore=True)
+
+    def llm_request(self, request_hash: str) -> dict | None:
+        if "llm_requests" not in self.db.table_names():
+            return None
+        with self.lock:
+            rows = list(self.db.query("select * from llm_requests where request_hash = ?", [request_hash]))
         return rows[0] if rows else None
 
     def has_llm_call(self, request_hash: str, source: str) -> bool:

@@ -28,7 +28,15 @@ LLM_COLUMNS = {"id": int, "run_id": int, "candidate_id": int, "task": str, "oper
                "generation": int, "model": str, "request_hash": str, "messages": str, "response": str,
                "response_chars": int, "prompt_tokens": int, "completion_tokens": int, "cost_usd": float,
                "latency_s": float, "attempts": int, "error": str, "parse_error": str, "source": str,
-               "created": float}
+               "created": float,
+               # the job the request was made for, whatever the prompt's text (which names the GPU
+               # and measured times): JSON [task, operator, island, generation, seed, messages];
+               # the parents it was asked about; and the request the answer was handed to (null:
+               # never used yet, "adopted": made a child without a request of this session)
+               "slot": str, "parent_ids": str, "used_for": str}
+# a request written out for an --llm-exchange round, kept until its answer comes back
+REQUEST_COLUMNS = {"request_hash": str, "run_id": int, "task": str, "operator": str, "island": int,
+                   "generation": int, "slot": str, "parent_ids": str, "body": str, "created": float}
 SESSION_COLUMNS = {"id": int, "run_id": int, "started": float, "wall_s": float, "evaluations": int, "workers": int,
                    "correctness_busy_s": float, "timing_busy_s": float, "status": str,
                    # A/A sentinels timed during the session: how many, median and p90 of |A/A - 1|
@@ -178,7 +186,7 @@ class Draft:
                 "operator": self.operator, "note": self.note, "created": created}
 
 
-def _json_list(text: Any) -> list:
+def json_list(text: Any) -> list:
     if not isinstance(text, str):
         return list(text or [])
     try:
@@ -196,12 +204,12 @@ def candidate_from_row(row: Mapping[str, Any]) -> Candidate:
         evaluation = Evaluation(
             id=row["evaluation_id"], stage=row["stage"] or "none", correct=bool(row["correct"]),
             heldout_correct=bool(row["heldout_correct"]), passed=bool(row["passed"]), speedup=row["speedup"],
-            error=row["error"] or "", device=row["device"] or "", flags=tuple(_json_list(row["flags"])),
-            times=tuple(_json_list(row["times"])), created=row["evaluated"],
+            error=row["error"] or "", device=row["device"] or "", flags=tuple(json_list(row["flags"])),
+            times=tuple(json_list(row["times"])), created=row["evaluated"],
             verdict_json=(row["verdict"] or "") if "verdict" in keys else "")
     return Candidate(id=row["id"], run_id=row["run_id"], task=row["task"], island=row["island"],
                      generation=row["generation"], source=row["source"], code_hash=row["code_hash"],
-                     parent_ids=tuple(_json_list(row["parent_ids"])), operator=row["operator"] or "",
+                     parent_ids=tuple(json_list(row["parent_ids"])), operator=row["operator"] or "",
                      note=row["note"] or "", created=row["created"], evaluation=evaluation)
 
 

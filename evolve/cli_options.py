@@ -41,6 +41,10 @@ def _search_opts(p: argparse.ArgumentParser, resume: bool = False) -> None:
                    "flags given here override it")
     p.add_argument("--extend", action="store_true",
                    help="on resume, let --generations and --tasks (--difficulty, --category) grow")
+    p.add_argument("--retime", action="store_true",
+                   help="on resume on another device model (an archive timed on an H100, resumed on an H200): "
+                   "evaluate the kernels the run keeps again here instead of refusing; the other device's "
+                   "evaluations are kept aside (table retired_evaluations)")
     p.add_argument("--islands", type=int, default=4, help="islands per task (default 4)")
     p.add_argument("--population", type=int, default=8, help="individuals per island (default 8)")
     p.add_argument("--generations", type=int, default=10, help="generations per task (default 10)")

@@ -46,6 +46,7 @@ class RunConfig:
     export: Path = Path("runs/builtin-best")
     fresh: bool = False  # a new run in the archive even if one is there
     extend: bool = False  # on resume, generations and the task filters may grow
+    retime: bool = False  # on resume on another device model: evaluate the kept kernels again here
     time_limit: float | None = None  # seconds for the whole command
     aa_every: int = 25  # GPU: an A/A sentinel after every N evaluations; 0: none
     operators: str = "knobs"  # knobs, llm or both, resolved

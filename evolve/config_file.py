@@ -23,7 +23,7 @@ FIXED = ("suite", "suite_path", "islands", "population", "seed", "migration_inte
 # these may grow on resume, but only when asked (--extend): a typo must not quietly add work
 EXTENDABLE = ("generations", "tasks", "difficulty", "category")
 # the command's own switches: not settings of the run, so never stored or inherited
-PER_COMMAND = ("config", "fresh", "extend", "archive")
+PER_COMMAND = ("config", "fresh", "extend", "archive", "retime")
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,9 @@ class LLMRun:
             "where run_id = ?", [self.client.run_id]).fetchone()
         line = (f"LLM: {n} call(s) in this run so far ({failed or 0} failed or unusable), {prompt} prompt + "
                 f"{completion} completion tokens, ${cost:.4f}")
+        unused = self.client.store.unused_answer_count(self.client.run_id)
+        if unused:  # kept in the archive: a task that goes on adopts them (evolve.task_search)
+            line += f"; {unused} stored answer(s) not used yet (kept for their tasks' next generation)"
         return line + (f"; stopped early: {self.client.fatal}" if self.client.fatal else "")
 
     def calls_and_cost(self) -> tuple[int, float]:

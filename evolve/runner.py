@@ -17,6 +17,7 @@ from archives.archive import Archive
 from archives.records import RunStatus
 from evolve.config import LLMConfig, RunConfig, SearchConfig
 from evolve.config_file import FIXED, resume_conflicts
+from evolve.device_identity import check_devices, machine_devices, retime_elsewhere
 from evolve.evaluating import SearchEvaluator
 from evolve.export import export
 from evolve.llm_setup import LLMRun, llm_run, preflight
@@ -57,16 +58,26 @@ def stored_config(run: RunConfig, search: SearchConfig) -> dict[str, Any]:
             "baseline": run.baseline, "seeds": run.seeds, "setting": search.setting}
 
 
-def _run_id(archive: Archive, config: dict[str, Any], fresh: bool, extend: bool = False) -> tuple[int, str]:
+def _run_id(archive: Archive, config: dict[str, Any], run: RunConfig,
+            here: Callable[[], frozenset[str]]) -> tuple[int, str]:
+    """The run this command searches, and how it says so; `here()` names this machine's device
+    models, read only on a resume. A refused resume leaves the archive's bytes as they were."""
     latest = archive.latest_run()
-    if latest is None or fresh:
+    if latest is None or run.fresh:
         return archive.new_run(config["suite"], config), "new run"
-    conflicts = resume_conflicts(latest.config, config, extend)
+    conflicts = resume_conflicts(latest.config, config, run.extend)
     if conflicts:
         raise SearchError(conflict_message(archive.path, latest.id, conflicts))
+    devices = check_devices(archive, latest.id, here())
+    if devices.moved and not run.retime:
+        raise SearchError(devices.refusal(archive.path, latest.id))
     archive.prepare_to_write()
     archive.set_config(latest.id, config)
-    return latest.id, f"resuming run {latest.id}"
+    how = f"resuming run {latest.id}"
+    if devices.moved:
+        print(retime_elsewhere(archive, latest.id, devices), flush=True)
+        how += f", re-timed on {devices.here_text()}"
+    return latest.id, how
 
 
 def conflict_message(path: Any, run_id: int, conflicts: list[str]) -> str:
@@ -107,7 +118,7 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         evaluator.close()
         raise
     try:
-        run_id, how = _run_id(archive, stored_config(run, search), run.fresh, run.extend)
+        run_id, how = _run_id(archive, stored_config(run, search), run, lambda: machine_devices(evaluator))
         llm_state: LLMRun | None = llm_run(llm, run, archive, run_id, search.setting) if llm else None
         operators, operator_line = build_operators(run.operators, llm_state.setup if llm_state else None,
                                                    run.knob_rate, explicit=run.operators_explicit)
@@ -125,7 +136,7 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         # round's own search)
         retime = _retimer(evaluator, tasks) if status is not RunStatus.WAITING else None
         summary = export(archive, run_id, run.suite, list(tasks), run.export, run.suite_path, retime=retime)
-        print_summary(summary, run.export)
+        print_summary(summary, run.export, ends)
         if llm_state:
             llm_state.finish(status is RunStatus.WAITING, ends)
         archive.set_status(run_id, status)

@@ -102,6 +102,14 @@ class Session:
         print(session_line(stats), flush=True)
 
 
+def stop_note(end: TaskEnd | None) -> str:
+    """'stopped: why' for a task whose search ended for a reason of its own (no LLM call nor
+    evaluation is spent on it any more), '' otherwise."""
+    if end is None or end.halt not in (Halt.INVALID, Halt.EXHAUSTED):
+        return ""
+    return f"stopped, {end}"
+
+
 def run_status(interrupted: bool, ends: dict[str, TaskEnd]) -> RunStatus:
     """What a command's end leaves the run as."""
     if interrupted:
@@ -149,14 +157,17 @@ def session_line(s: dict[str, Any]) -> str:
     return line
 
 
-def print_summary(summary: dict[str, Any], export_dir: Path) -> None:
+def print_summary(summary: dict[str, Any], export_dir: Path, ends: dict[str, TaskEnd] | None = None) -> None:
+    """The closing table; `ends` (this command's) adds why a task stopped where it is no plain end
+    (invalid here, operators exhausted), so a task that got no LLM call says why."""
     def num(x: float | None) -> str:
         return f"{x:.3f}" if x else "-"
     print(f"\n{'task':28} {'status':18} {'speedup':>8} {'search':>8} {'vs start':>8} {'evals':>6}")
     for e in summary["tasks"]:
+        notes = [n for n in (stop_note((ends or {}).get(e["task"])), e.get("note")) if n]
         print(f"{e['task']:28} {e['status']:18} {num(e.get('speedup')):>8} {num(e.get('search_speedup')):>8} "
               f"{num(e.get('vs_start')):>8} {e['evaluations']:>6}"
-              + (f"  ({e['note']})" if e.get("note") else ""))
+              + (f"  ({'; '.join(notes)})" if notes else ""))
     line = f"exported {summary['exported']}/{len(summary['tasks'])} to {export_dir}"
     if summary["geomean_speedup"]:
         line += f"; geometric-mean speedup {summary['geomean_speedup']:.3f}"

@@ -31,7 +31,7 @@ from typing import Callable
 
 from archives.archive import Archive
 from archives.codehash import code_hash
-from archives.records import Candidate, Draft
+from archives.records import Candidate, Draft, json_list
 from evolve.breeding import AWAITING, Brood, Draw, Job, Proposal, breed
 from evolve.config import SearchConfig
 from evolve.policies import Policy
@@ -119,6 +119,11 @@ class TaskSearch:
     # -------------------------------------------------------------------------------------
     def run(self) -> TaskEnd:
         state = self.archive.last_generation(self.run_id, self.task.name)
+        # known invalid here by an earlier session: no LLM call nor evaluation can be judged (a
+        # resumed run used to ask the LLM again each round, every child failing on the reference)
+        self.invalid = self.invalid or known_invalid(self.archive.candidates(self.run_id, self.task.name))
+        if self.invalid:
+            return TaskEnd(Halt.INVALID, self.invalid)
         if state is None:
             islands = self._generation_zero()
             if islands is None:
@@ -127,6 +132,8 @@ class TaskSearch:
             done = 0
         else:
             done, ids = state
+            if not self._evaluate_kept(ids):  # kept kernels re-timed on this device (--retime)
+                return self._should_stop() or self._halted()
             islands = [[Kernel(self.archive.candidate(i)) for i in members] for members in ids]
         self._note_best(islands)
         self._event(done, islands)
@@ -148,6 +155,22 @@ class TaskSearch:
             self._event(gen, islands)
         self.done = self.config.generations
         return self._should_stop() or TaskEnd(Halt.DONE)
+
+    def _evaluate_kept(self, ids: list[list[int]]) -> bool:
+        """The starting kernel and the last finished generation's kernels that hold no evaluation
+        (their evaluation on another device was retired: evolve.device_identity) are evaluated
+        here before any is compared; False when stopped first or the task turned out invalid."""
+        kept = dict.fromkeys([c.id for c in self.archive.candidates(self.run_id, self.task.name, START_ISLAND, 0)]
+                             + [i for members in ids for i in members])
+        pending = [c for c in (self.archive.candidate(i) for i in kept) if not c.evaluated]
+        if not pending:
+            return True
+        if not self._evaluate_pending(pending):
+            return False
+        start = next((c for c in pending if c.operator == "start"), None)
+        if start is not None and not self.invalid:
+            self.invalid = invalid_reason(self.archive.candidate(start.id))
+        return not self.invalid
 
     def _save(self, gen: int, islands: list[list[Kernel]]) -> None:
         self.archive.save_generation(self.run_id, self.task.name, gen, [[k.id for k in p] for p in islands])
@@ -200,12 +223,7 @@ class TaskSearch:
             return None
         start = Kernel(self.archive.candidate(starts[0].id))
         if not self.invalid:
-            # every child descends from the start, and on a script task it is the baseline's own
-            # code: what the timing worker cannot time (a fault on the suite's benchmark inputs, a
-            # result that differs from itself) no child can be judged on, and each try may crash
-            # the timing worker, whose restart loses its caches (seen on the H100: TritonBench's
-            # token_softmax_llama and triton_attention cut the run's timing throughput by half)
-            self.invalid = untimeable_start(start.candidate.flags, start.candidate.error)
+            self.invalid = invalid_reason(start.candidate)
         if self.invalid:
             return None
         # the instruction setting starts each island empty: only a fresh operator can fill it
@@ -247,7 +265,7 @@ class TaskSearch:
     def _make_children(self, island: int, gen: int, brood: Brood) -> list[Candidate]:
         """The children still missing from this island's generation, added to the archive."""
         if brood.wanted - len(brood.made_before) <= 0 or self.stop.is_set():
-            return []
+            return self._adopt(island, gen)
         rows = self.archive.candidates(self.run_id, self.task.name)
         context = Context(self.task.name, self.task.instruction, self.task.entry, island, gen,
                           self._temperature(island), self._history(rows, island, gen), self.reference,
@@ -278,6 +296,38 @@ class TaskSearch:
             return True
 
         breed(brood, draw, lambda: self._drawable(brood.population), propose, keep, self.stop.is_set)
+        return made + self._adopt(island, gen)
+
+    def _adopt(self, island: int, gen: int) -> list[Candidate]:
+        """Children made from the answers stored for this island's generation that no job of this
+        draw took (asked on another machine, where the kept kernels' other timings drew other
+        parents or operators): a paid answer is used,
+        never dropped. Each is the child of the parents its request named, by the operator that
+        asked; one that holds no module is recorded as failed, as the operator would have."""
+        rows = self.archive.unused_answers(self.run_id, self.task.name, island, gen)
+        if not rows or not self._await_turn(island):
+            return []
+        from operators.llm_parse import parse_answer
+
+        made: list[Candidate] = []
+        for row in rows:
+            self.archive.use_llm_call(row["id"], ADOPTED, {})
+            parsed = parse_answer(row["response"], self.task.entry)
+            if parsed.code is None:
+                self.archive.note_llm_failure(row["id"], parsed.error)
+                continue
+            h = code_hash(parsed.code)
+            with self.lock:
+                if h in self.known:
+                    continue
+                self.known.add(h)
+            parents = tuple(int(i) for i in json_list(row["parent_ids"]))
+            made.append(self.archive.add_candidate(Draft(self.run_id, self.task.name, island, gen, parsed.code, h,
+                                                         parents, row["operator"] or "llm", parsed.note)))
+            self.archive.link_llm_calls([row["id"]], made[-1].id)
+        if made:
+            logger.info("%s: island %d generation %d adopted %d stored answer(s)", self.task.name, island, gen,
+                        len(made))
         return made
 
     def _drawable(self, population: list[Kernel]) -> list[WeightedOperator]:
@@ -350,8 +400,8 @@ class TaskSearch:
                 complete = False
                 continue
             self.archive.add_evaluation(c.id, verdict)
-            if "invalid-here" in verdict.flags:  # the suite's reference fails on this machine
-                self.invalid = verdict.reason.splitlines()[0][:200] if verdict.reason else "reference fails here"
+            if INVALID_HERE in verdict.flags:  # the suite's reference fails on this machine
+                self.invalid = self.invalid or _first_line(verdict.reason)
             if verdict.passed and verdict.speedup:
                 self.best = max(self.best or 0.0, verdict.speedup)
             self.shared.on_event(Evaluated(self.task.name))
@@ -366,3 +416,34 @@ class TaskSearch:
     def _event(self, gen: int, islands: list[list[Kernel]]) -> None:
         self.shared.on_event(GenerationDone(self.task.name, gen, self.config.generations, self.best,
                                             sum(k.correct for pop in islands for k in pop)))
+
+
+ADOPTED = "adopted"  # llm_calls.used_for of an answer that made a child without a request of this draw
+INVALID_HERE = "invalid-here"  # the evaluator's flag: the task's reference fails on this machine
+
+
+def _first_line(reason: str) -> str:
+    """A reason for one line: for a trace, its lead-in and the exception it ended with."""
+    from suites.validation import brief
+
+    return brief(reason, 200) if reason.strip() else "reference fails here"
+
+
+def invalid_reason(c: Candidate) -> str:
+    """Why no child of the task can be judged here, from one of its evaluations ('' : nothing
+    says so): its reference fails on this machine, or (the starting kernel's) it cannot be timed.
+    Every child descends from the start, and on a script task it is the baseline's own code: what
+    the timing worker cannot time (a fault on the suite's benchmark inputs, a result that differs
+    from itself) no child can be judged on, and each try may crash the timing worker, whose
+    restart loses its caches (seen on the H100: TritonBench's token_softmax_llama and
+    triton_attention cut the run's timing throughput by half)."""
+    if c.evaluation is None:
+        return ""
+    if INVALID_HERE in c.flags:
+        return _first_line(c.error)
+    return untimeable_start(c.flags, c.error) if c.operator == "start" else ""
+
+
+def known_invalid(rows: list[Candidate]) -> str:
+    """What an earlier session of the run found: the first evaluation that makes the task invalid here."""
+    return next((why for why in map(invalid_reason, rows) if why), "")

@@ -53,6 +53,17 @@ def request_hash(body: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:40]
 
 
+def job_slot(meta: dict, seed: int | None, turns: int) -> str | None:
+    """The job a request is made for, in no words of the prompt: task, operator, island,
+    generation, the parents it asks about, the job's seed and the conversation's length (a
+    follow-up is its own slot). Within one run a job's draw gives its seed, so an answer to it is
+    found again on any machine; None where the caller says too little to name a job."""
+    place = [meta.get(k) for k in ("task", "operator", "island", "generation")]
+    if seed is None or any(v is None for v in place):
+        return None
+    return json.dumps([*place, [int(i) for i in meta.get("parent_ids") or []], seed, turns])
+
+
 @dataclass(frozen=True)
 class LLMConfig:
     model: str
@@ -105,8 +116,9 @@ class Budget:
 
 
 class LLMClient:
-    """`store` is the archive (duck-typed: llm_response(hash), add_llm_call(row)); `exchange`, when
-    given, replaces the network: unanswered requests are queued for the Batch API instead."""
+    """`store` is the archive (archives.archive.Archive: its LLM calls and exchange requests);
+    `exchange`, when given, replaces the network: unanswered requests are queued for the Batch API
+    instead."""
 
     def __init__(self, config: LLMConfig, store, run_id: int, exchange=None, spent: tuple[int, float] = (0, 0.0)):
         self.config, self.store, self.run_id, self.exchange = config, store, run_id, exchange
@@ -147,21 +159,30 @@ class LLMClient:
         return self.cost(prompt, self.config.max_tokens)
 
     def complete(self, messages: list[dict], temperature: float | None, meta: dict, seed: int | None = None) -> Reply:
-        """The assistant's text for these messages. `meta` (task, operator, island, generation)
-        goes into the archived row. Raises Exhausted (budget, endpoint refused), Pending
+        """The assistant's text for these messages. `meta` (task, operator, island, generation,
+        parent_ids) goes into the archived row. Raises Exhausted (budget, endpoint refused), Pending
         (exchange round), or LLMCallError (this call failed after its retries; recorded)."""
         body = self.body(messages, temperature, seed)
         key = request_hash(body)
+        slot = job_slot(meta, seed, len(messages))
+        row_meta = {**meta, "parent_ids": json.dumps(list(meta.get("parent_ids") or [])), "slot": slot}
         hit = self.store.llm_response(key)
+        if hit is None and slot is not None:
+            # the same job asked on another machine, or before its parents were timed again: its
+            # prompt's text differs (the GPU it names, the times it quotes), its answer is this job's
+            hit = self.store.llm_answer_for_slot(self.run_id, slot)
         if hit is not None:
-            self.store.claim_llm_call(hit["id"], meta)
+            self.store.use_llm_call(hit["id"], key, row_meta)
             return Reply(hit["response"], hit["id"], cached=True)
         if self.fatal:
             raise Exhausted(self.fatal)
         bound = self.bound(body)
         self.budget.reserve(bound)
         if self.exchange is not None:
-            # the call is as good as paid once it is in the request file: keep the reservation
+            # the call is as good as paid once it is in the request file: keep the reservation, and
+            # the request itself in the archive, so its answer is matched to it wherever it is read
+            self.store.add_llm_request({**row_meta, "request_hash": key, "run_id": self.run_id,
+                                        "body": json.dumps(body), "created": time.time()})
             self.exchange.queue(key, body, (str(meta.get("task", "")), str(meta.get("operator", ""))))
             raise Pending(f"request {key} is waiting in the exchange folder")
         cost = bound  # unless the server says what it billed
@@ -177,7 +198,7 @@ class LLMClient:
                "messages": json.dumps(messages), "response": stored, "response_chars": len(text or ""),
                "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
                "cost_usd": cost, "latency_s": latency, "attempts": attempts, "error": error,
-               "source": "api", "created": time.time(), **meta}
+               "source": "api", "created": time.time(), **row_meta, "used_for": key}
         call_id = self.store.add_llm_call(row)
         if status in FATAL_STATUS:
             self.fatal = f"the LLM endpoint refused the request: {error}"

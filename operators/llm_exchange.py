@@ -5,7 +5,11 @@ at the end of the round the queue goes to DIR/requests.jsonl (Batch API input li
 the request hash) and the run stops, saying so. Someone runs `python run.py llm-batch DIR` where
 there is internet (or any tool that writes Batch API output lines into DIR), and the next run
 imports every answer file in DIR into the archive under those hashes: the same requests, made
-again, then find their answers there.
+again, then find their answers there. Each queued request is also kept in the archive
+(llm_requests) with the job it was made for, and its answer is stored with it: on another machine,
+whose prompts name another GPU and other times, the same job finds its answer by its slot
+(operators.llm_client.job_slot), and an answer no job takes is adopted by the search
+(evolve.task_search), never dropped.
 """
 from __future__ import annotations
 
@@ -107,7 +111,9 @@ def _answer(r: dict) -> dict:
 
 
 def import_answers(exchange: Exchange, client) -> int:
-    """Stores every answer not stored yet; returns how many were new."""
+    """Stores every answer not stored yet, each with the request it answers (the archive's copy of
+    it, written when it was queued on whatever machine, else the request file's); returns how many
+    were new."""
     new = 0
     for a in exchange.answers():
         key, source = a["custom_id"], f"batch:{a['file']}"
@@ -115,19 +121,28 @@ def import_answers(exchange: Exchange, client) -> int:
         # imported from each; an answer already stored for it makes the later one moot
         if client.store.has_llm_call(key, source) or client.store.llm_response(key) is not None:
             continue
-        usage = a["usage"]
-        text = a["text"]
-        client.store.add_llm_call({
-            "run_id": client.run_id, "request_hash": key, "model": client.config.model,
-            "messages": json.dumps(a["messages"]) if a["messages"] is not None else None,
-            "response": text, "response_chars": len(text or ""), "prompt_tokens": usage.get("prompt_tokens"),
-            "completion_tokens": usage.get("completion_tokens"),
-            "cost_usd": client.cost(usage.get("prompt_tokens"), usage.get("completion_tokens"),
-                                    client.config.batch_discount),
-            "latency_s": None, "attempts": 1, "error": a["error"], "source": source,
-            "created": time.time()})
+        client.store.add_llm_call(_answer_row(a, client, client.store.llm_request(key), source))
         new += 1
     return new
+
+
+def _answer_row(a: dict, client, request: dict | None, source: str) -> dict:
+    """An imported answer as an llm_calls row: its request's text and job where the archive holds
+    the request (so it is found for that job on any machine), else what the request file said."""
+    usage, text = a["usage"], a["text"]
+    row = {"run_id": client.run_id, "request_hash": a["custom_id"], "model": client.config.model,
+           "messages": json.dumps(a["messages"]) if a["messages"] is not None else None,
+           "response": text, "response_chars": len(text or ""), "prompt_tokens": usage.get("prompt_tokens"),
+           "completion_tokens": usage.get("completion_tokens"),
+           "cost_usd": client.cost(usage.get("prompt_tokens"), usage.get("completion_tokens"),
+                                   client.config.batch_discount),
+           "latency_s": None, "attempts": 1, "error": a["error"], "source": source, "created": time.time()}
+    if request is not None:
+        body = json.loads(request["body"] or "{}")
+        row.update({k: request[k] for k in ("run_id", "task", "operator", "island", "generation", "slot",
+                                            "parent_ids")},
+                   messages=json.dumps(body.get("messages")), model=body.get("model", row["model"]))
+    return row
 
 
 # -- `run.py llm-batch DIR`: the side with internet ------------------------------------------

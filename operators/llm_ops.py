@@ -85,12 +85,14 @@ class LLMOperator(Operator):
                 "entry": _form(context), "gpu": self.gpu}
 
     def propose(self, parents: list[Parent], context: Context, rng: random.Random) -> Child | None:
-        return self.ask(self.messages(parents, context), context, self.name, rng.getrandbits(31))
+        return self.ask(self.messages(parents, context), context, self.name, rng.getrandbits(31),
+                        [p.id for p in parents])
 
-    def ask(self, messages: list[dict], context: Context, name: str, seed: int) -> Child | None:
+    def ask(self, messages: list[dict], context: Context, name: str, seed: int,
+            parent_ids: list[int] | None = None) -> Child | None:
         """Raises Exhausted / Pending from the client; a failed attempt is None (and recorded)."""
         meta = {"task": context.task_name, "operator": name, "island": context.island,
-                "generation": context.generation}
+                "generation": context.generation, "parent_ids": list(parent_ids or [])}
         calls = []
         for turn in range(2):
             try:

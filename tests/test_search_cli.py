@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from archives.archive import Archive
+from evolve.config import RunConfig
 from evolve.runner import _run_id
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,7 +164,7 @@ def test_conflicting_config_and_foreign_archive_are_refused(finished, tmp_path):
     # an accepted command brings it up to date before it writes
     archive = Archive(old)
     config = json.loads(db(tmp).execute("select config from runs").fetchone()[0])
-    assert _run_id(archive, config, fresh=False) == (1, "resuming run 1")
+    assert _run_id(archive, config, RunConfig(), lambda: frozenset({"cpu"})) == (1, "resuming run 1")
     assert "request_hash" in archive.db["llm_calls"].columns_dict and archive.db["sessions"].exists()
     archive.close()
     junk = tmp_path / "junk.db"
