@@ -12,7 +12,7 @@ import triton.language as tl
     key=["SEQLEN", "DIM", "IS_CAUSAL"],
 )
 @triton.jit
-def _fwd_kernel(Q, K, V, sm_scale, L, O, sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
+def _fwd_kernel(Q, K, V, sm_scale, L, Out, sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
                 sob, soh, sos, sod, HEAD, SEQLEN, DIM: tl.constexpr, IS_CAUSAL: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     start_m = tl.program_id(0)
@@ -47,7 +47,7 @@ def _fwd_kernel(Q, K, V, sm_scale, L, O, sqb, sqh, sqs, sqd, skb, skh, sks, skd,
         m_i = m_new
     acc = acc / l_i[:, None]
     tl.store(L + bh * SEQLEN + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < SEQLEN)
-    tl.store(O + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :] * sod, acc.to(O.dtype.element_ty),
+    tl.store(Out + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :] * sod, acc.to(Out.dtype.element_ty),
              mask=offs_m[:, None] < SEQLEN)
 
 

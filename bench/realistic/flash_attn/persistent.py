@@ -16,7 +16,7 @@ def _num_sms(t: torch.Tensor) -> int:
     key=["SEQLEN", "DIM", "IS_CAUSAL"],
 )
 @triton.jit
-def _attn_persistent_kernel(Q, K, V, sm_scale, O, sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
+def _attn_persistent_kernel(Q, K, V, sm_scale, Out, sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
                             sob, soh, sos, sod, BH, HEAD, SEQLEN, NUM_SMS, DIM: tl.constexpr,
                             IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                             WAVES: tl.constexpr):
@@ -25,7 +25,7 @@ def _attn_persistent_kernel(Q, K, V, sm_scale, O, sqb, sqh, sqs, sqd, skb, skh, 
     for tile in range(tl.program_id(0), n_m * BH, NUM_SMS * WAVES):
         start_m = n_m - 1 - tile // BH  # heaviest (last) query blocks first
         bh = tile % BH
-        b, h = (bh // HEAD).to(tl.int64), (bh % HEAD).to(tl.int64)
+        b, h = tl.cast(bh // HEAD, tl.int64), tl.cast(bh % HEAD, tl.int64)
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
         q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :] * sqd,
                     mask=offs_m[:, None] < SEQLEN, other=0.0)
@@ -50,8 +50,8 @@ def _attn_persistent_kernel(Q, K, V, sm_scale, O, sqb, sqh, sqs, sqd, skb, skh, 
             acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v)
             l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
-        tl.store(O + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :] * sod,
-                 (acc / l_i[:, None]).to(O.dtype.element_ty), mask=offs_m[:, None] < SEQLEN)
+        tl.store(Out + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :] * sod,
+                 (acc / l_i[:, None]).to(Out.dtype.element_ty), mask=offs_m[:, None] < SEQLEN)
 
 
 def flash_attn_triton(q, k, v, causal=True, sm_scale=1):

@@ -20,7 +20,7 @@ def kldiv_persistent_kernel(x_ptr, y_ptr, out_ptr, n_elements, NUM_SMS,
     pid = tl.program_id(0)
     num_tiles = tl.cdiv(n_elements, BLOCK_SIZE)
     for tile in range(pid, num_tiles, NUM_SMS * WAVES):
-        offs = tile.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        offs = tl.cast(tile, tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
         offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK_SIZE), BLOCK_SIZE)
         mask = offs < n_elements
         x = tl.load(x_ptr + offs, mask=mask, other=1.0)

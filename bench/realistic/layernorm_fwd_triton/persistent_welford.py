@@ -21,7 +21,7 @@ def _ln_persistent_kernel(X, W, Y, n_rows, H, sxN, sxh, syN, syh, swh, N, eps, N
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     for r in range(pid, n_rows, NUM_SMS * WAVES):
-        seq, h = (r // H).to(tl.int64), r % H
+        seq, h = tl.cast(r // H, tl.int64), r % H
         xb = X + seq * sxN + h * sxh
         mean = tl.zeros([BLOCK], tl.float32)
         m2 = tl.zeros([BLOCK], tl.float32)

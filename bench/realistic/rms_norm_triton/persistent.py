@@ -23,7 +23,7 @@ def rms_norm_persistent_kernel(Y, X, W, M, N, eps, NUM_SMS, BLOCK_SIZE: tl.const
     cmask = cols < N
     w = tl.load(W + cols, mask=cmask, other=0.0)
     for row in range(pid, M, NUM_SMS * WAVES):
-        base = row.to(tl.int64) * N
+        base = tl.cast(row, tl.int64) * N
         x = tl.load(X + base + cols, mask=cmask, other=0.0).to(tl.float32)
         rrms = 1 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
         tl.store(Y + base + cols, (x * rrms).to(Y.dtype.element_ty) * w, mask=cmask)

@@ -22,7 +22,7 @@ def _swiglu_persistent_kernel(X, Y, OUT, stride_x_row, stride_y_row, stride_out_
     n_col_blocks = tl.cdiv(ncols, BLOCK_N)
     num_tiles = M * n_col_blocks
     for tile in range(pid, num_tiles, NUM_SMS * WAVES):
-        row = (tile // n_col_blocks).to(tl.int64)
+        row = tl.cast(tile // n_col_blocks, tl.int64)
         cols = (tile % n_col_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = cols < ncols
         x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)

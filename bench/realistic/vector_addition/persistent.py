@@ -22,7 +22,7 @@ def add_persistent_kernel(x_ptr, y_ptr, out_ptr, n_elements, NUM_SMS,
     nprog = NUM_SMS * CTAS_PER_SM
     num_tiles = tl.cdiv(n_elements, BLOCK_SIZE)
     for tile in range(pid, num_tiles, nprog):
-        offs = tile.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        offs = tl.cast(tile, tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
         mask = offs < n_elements
         x = tl.load(x_ptr + offs, mask=mask)
         y = tl.load(y_ptr + offs, mask=mask)
