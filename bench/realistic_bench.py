@@ -104,7 +104,10 @@ def failures(verdicts: list[Verdict]) -> None:
     """The corpus is meant to pass: a failing candidate is named, with its reason's first line."""
     for v in verdicts:
         if not v.passed:
-            print(f"  FAILED {v.task}: {v.stage}: {(v.reason or '').splitlines()[0][:160] if v.reason else ''}")
+            lines = [ln.strip() for ln in (v.reason or "").splitlines() if ln.strip()]
+            # a traceback's last line is the error; its first says where it came from
+            said = lines[0] if len(lines) < 2 else f"{lines[0][:80]} ... {lines[-1]}"
+            print(f"  FAILED {v.task}: {v.stage}: {said[:240]}")
 
 
 def parse_args() -> argparse.Namespace:

@@ -81,3 +81,15 @@ def test_realistic_bench_names_an_unknown_task_in_one_line():
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert out.stderr.strip().startswith("error: no candidates in") and "softmx" in out.stderr
+
+
+@pytest.mark.gpu
+def test_every_candidate_of_the_corpus_passes_on_the_gpu():
+    """Seven tasks' references need CUDA (their inputs are made on the device), so only a GPU checks
+    their candidates: the whole corpus, once, must pass."""
+    _suite()
+    n = len(load_corpus())
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "realistic_bench.py"), "--rounds", "0",
+                          "--time-limit", "400"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"[cold] {n} candidates" in out.stdout and f"({n} passed" in out.stdout, out.stdout[-3000:]
