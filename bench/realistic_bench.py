@@ -153,6 +153,12 @@ def main() -> None:
                 failures(cold["verdicts"])
                 items = [it for r in range(args.rounds) for it in items_for(ev, tasks, corpus, (1 + r) * len(corpus))]
                 steady = run_pass(ev, items, "steady state") if items and time.monotonic() < deadline else cold
+            dropped = len(corpus) * (1 + args.rounds) - len(cold["verdicts"]) \
+                - (len(steady["verdicts"]) if steady is not cold else 0)
+            if dropped:
+                print(f"time limit: {dropped} evaluations dropped before reaching a worker", flush=True)
+            if steady is cold:
+                print("steady state: not run (no --rounds, or the time limit passed): its figures are the cold pass's")
             phase_table({"cold": cold, "steady state": steady})
             share = {"cold": shares(ev, cold, "cold"), "steady": shares(ev, steady, "steady state")}
             print(bound(ev, steady))
