@@ -99,6 +99,7 @@ class BusyProbe:
         # the run's own other processes (correctness children, the next candidates' replay children)
         # seen at work in the last window: the engine's accounting knows them; they are noted, not refused
         self.shared: list[Sample] = []
+        self.window = ""  # why the last window alone could not be read (the next may be)
 
     def _get(self) -> Sampler | None:
         if not self._loaded:
@@ -136,6 +137,13 @@ class BusyProbe:
                 not any(self.visible(s.pid) for s in busy):
             self.reason = (f"the GPU's other processes could not be told from the turn's own (NVML names "
                            f"{busy_note(busy)}, none of them a process here)")
+            return None
+        self.window = ""
+        if allowed and not any(self._ours(s.pid, allowed) for s in samples):
+            # the turn's own children ran kernels in this window: samples that do not show them
+            # cannot show a neighbour either (H100 VM: NVML gave no sample of a process spinning
+            # the GPU), so nothing is established for this window
+            self.window = "NVML's per-process samples did not show the timed processes themselves"
             return None
         self.shared = [s for s in busy if self._ours(s.pid, {self.engine})]
         return [s for s in busy if s not in self.shared]

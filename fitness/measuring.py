@@ -313,7 +313,7 @@ class MeasuringTurn:
             if self.busy.shared:
                 plan["gpu_shared"] = busy_note(self.busy.shared)
             if seen is None:
-                plan["busy_unverified"] = self.busy.reason
+                plan["busy_unverified"] = self.busy.reason or self.busy.window
                 return times
             if not seen:
                 return times

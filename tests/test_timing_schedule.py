@@ -96,7 +96,9 @@ class StandIn:
 def stand_in_evaluator(task, **config):
     """An evaluator that takes the GPU path of timing with stand-in children (one correctness
     worker is started and never used); its baseline child is `e.base`, replaceable."""
-    e = Evaluator(EvalConfig(workers=1, sandbox=False, **config))
+    # device "cpu": on a GPU machine a real evaluator draws the engine's cases on the GPU, which
+    # the stand-in children (drawing on the CPU) never see (H100: every stand-in timing failed)
+    e = Evaluator(EvalConfig(workers=1, sandbox=False, device="cpu", **config))
     try:
         e.gpu, e.turn = True, MeasuringTurn(e, None)
         e.turn.busy = BusyProbe(lambda since: [])  # NVML's stand-in: no other process on the GPU
