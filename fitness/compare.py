@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from fitness.metric_tolerance import metric_mismatch
+
 
 def as_list(x: object) -> list:
     return list(x) if isinstance(x, (tuple, list)) else [x]
@@ -90,6 +92,11 @@ def compare_outputs(outs: Any, refs: Any, tolerance: dict, expected: list[tuple[
             return f"output {i} has shape {tuple(o.shape)}, expected {tuple(shape)}"
         if dt not in tolerance:
             return f"task has no tolerance for dtype {dt}"
+        if isinstance(tolerance[dt], dict):  # whole-tensor metrics (fitness.metric_tolerance)
+            problem = metric_mismatch(o, r, tolerance[dt])
+            if problem:
+                return f"output {i} ({dt}): {problem}"
+            continue
         atol, rtol = (v * slack for v in tolerance[dt])
         if not o.is_floating_point() and not o.is_complex() and atol == 0 and rtol == 0:
             problem = _integer_mismatch(o, r.to(o.device))

@@ -39,8 +39,9 @@ class Task:
     make_inputs: Callable[..., tuple]
     shapes: ShapeSet  # GPU-sized
     dtypes: tuple[str, ...]  # the dtype(s) the task is posed in, e.g. ("float16", "bfloat16")
-    # per *output* dtype: (atol, rtol); an element passes when |out-ref| <= atol + rtol*|ref|
-    tolerance: dict[str, tuple[float, float]]
+    # per *output* dtype: (atol, rtol), an element passes when |out-ref| <= atol + rtol*|ref|; or
+    # {metric: bound}, the whole tensor is judged (fitness.metric_tolerance; user tasks only)
+    tolerance: dict[str, Any]
     # cost(shape, dtype) -> (bytes moved, flops) for one call: the roofline floor
     cost: Callable[[Shape, str], tuple[float, float]]
     start_source: str  # a correct, deliberately unoptimized Triton implementation
@@ -59,6 +60,13 @@ class Task:
     # data-backed suites: a suites.script.ScriptRunner that the worker calls instead of `entry` on
     # `make_inputs`; the reference is then `start_source` run the same way, not a torch function
     script: Any = None
+    # the positions of inputs the entry point updates in place: those inputs, after the call, are
+    # the outputs compared (the reference mutates its own copies the same way); what it returns is
+    # not looked at (user tasks, INPLACE)
+    inplace: tuple[int, ...] = ()
+    # torch work outside the Triton kernels is allowed (user tasks, TORCH_OPS = "allowed"): the
+    # replay, which runs and times only the ops it recorded, still decides; its total time counts
+    torch_ops: bool = False
 
     def case_key(self, case: dict, seed: int | None = None) -> tuple:
         """Identity of the inputs a case draws: what the input and reference caches key on."""
