@@ -98,10 +98,12 @@ def _selected(args):
 
 def cmd_check(args) -> int:
     from fitness.static_gate import MAX_SOURCE_BYTES
+    from suites.registry import did_you_mean
 
     tasks = _load(args)
     if args.task not in tasks:
-        raise UsageError(f"unknown task {args.task!r} in suite {args.suite!r}")
+        raise UsageError(f"unknown task {args.task!r}{did_you_mean(args.task, tasks)} in suite {args.suite!r} "
+                         f"(known: {', '.join(sorted(tasks))})")
     path = args.kernel
     if not os.path.isfile(path):
         raise UsageError(f"cannot read kernel file {path!r}: no such file")
@@ -335,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from evolve.cli_options import COMMANDS, parse
     from suites.registry import SuiteError, did_you_mean
+    from suites.validation import RecordError
 
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         print(f"error: unknown command {argv[0]!r}{did_you_mean(argv[0], COMMANDS)} "
@@ -349,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         return {"search": cmd_search, "resume": cmd_search, "check": cmd_check, "validate": cmd_validate,
                 "list": cmd_list, "llm-batch": cmd_llm_batch, "report": cmd_report, "ui": cmd_ui,
                 "new-task": cmd_new_task}[args.command](args)
-    except (UsageError, SuiteError) as e:
+    except (UsageError, SuiteError, RecordError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -87,6 +87,8 @@ def searchable(run: RunConfig) -> dict[str, Task]:
     if run.operators == "knobs":
         left_out.update({n: "no starting kernel (the knob operators need one; use --operators llm)"
                          for n, t in tasks.items() if not t.start_source})
+    for problem in getattr(tasks, "problems", []):  # a task file that could not be loaded: its task only
+        print(f"left out {problem}", flush=True)
     for n, why in left_out.items():
         print(f"left out {n}: {why}", flush=True)
     kept = {n: t for n, t in tasks.items() if n not in left_out}
@@ -125,7 +127,7 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         # round's own search)
         retime = _retimer(evaluator, tasks) if status is not RunStatus.WAITING else None
         summary = export(archive, run_id, run.suite, list(tasks), run.export, run.suite_path, retime=retime)
-        print_summary(summary, run.export)
+        print_summary(summary, run.export, ends)
         if llm_state:
             llm_state.finish(status is RunStatus.WAITING, ends)
         archive.set_status(run_id, status)

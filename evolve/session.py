@@ -3,8 +3,10 @@ time limit or Ctrl-C, and the session's throughput recorded in the archive."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -22,6 +24,7 @@ from operators.base import WeightedOperator
 from suites.task import Task
 
 MAX_TASK_THREADS = 64
+log = logging.getLogger(__name__)
 
 
 class Session:
@@ -52,7 +55,11 @@ class Session:
         shared = Shared(self.archive, self.run_id, self.submit, self.stop, on_event=self.progress)
 
         def one(task: Task) -> None:
-            end = TaskSearch(task, operators, config, shared).run()
+            try:
+                end = TaskSearch(task, operators, config, shared).run()
+            except Exception as e:  # noqa: BLE001 - e.g. a user task's reference that raises on a drawn shape
+                log.info("the search of %s failed", task.name, exc_info=True)  # TRITON_EVOLVE_LOG=info
+                end = TaskEnd(Halt.INVALID, f"its search failed: {failure_line(e)}")  # that task only
             self.ends[task.name] = end
             self.progress.task_done(task.name, str(end))
 
@@ -102,6 +109,24 @@ class Session:
         print(session_line(stats), flush=True)
 
 
+def failure_line(e: BaseException) -> str:
+    """An exception in one line, with where it was raised outside the engine's own code (a
+    task file's reference: `/tmp/tasks/t.py:17`), if anywhere."""
+    root = Path(__file__).resolve().parent.parent
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not _under(Path(f.filename), root)
+              and "site-packages" not in f.filename and "/lib/python" not in f.filename]
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}{where}"
+
+
+def _under(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
 def run_status(interrupted: bool, ends: dict[str, TaskEnd]) -> RunStatus:
     """What a command's end leaves the run as."""
     if interrupted:
@@ -149,14 +174,18 @@ def session_line(s: dict[str, Any]) -> str:
     return line
 
 
-def print_summary(summary: dict[str, Any], export_dir: Path) -> None:
+def print_summary(summary: dict[str, Any], export_dir: Path, ends: dict[str, TaskEnd] | None = None) -> None:
+    """The closing table; `ends`: a task whose search failed in this command says why."""
     def num(x: float | None) -> str:
         return f"{x:.3f}" if x else "-"
     print(f"\n{'task':28} {'status':18} {'speedup':>8} {'search':>8} {'vs start':>8} {'evals':>6}")
     for e in summary["tasks"]:
-        print(f"{e['task']:28} {e['status']:18} {num(e.get('speedup')):>8} {num(e.get('search_speedup')):>8} "
-              f"{num(e.get('vs_start')):>8} {e['evaluations']:>6}"
-              + (f"  ({e['note']})" if e.get("note") else ""))
+        end = (ends or {}).get(e["task"])
+        failed = end is not None and end.halt is Halt.INVALID and e["status"] != "exported"
+        note = str(end) if failed else e.get("note")
+        print(f"{e['task']:28} {'search failed' if failed else e['status']:18} {num(e.get('speedup')):>8} "
+              f"{num(e.get('search_speedup')):>8} {num(e.get('vs_start')):>8} {e['evaluations']:>6}"
+              + (f"  ({note})" if note else ""))
     line = f"exported {summary['exported']}/{len(summary['tasks'])} to {export_dir}"
     if summary["geomean_speedup"]:
         line += f"; geometric-mean speedup {summary['geomean_speedup']:.3f}"
