@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from archives.archive import Archive
+from evolve.cli_options import program
 from evolve.config import LLMConfig, RunConfig
 from evolve.task_search import Halt, TaskEnd
 from operators.gpu_info import describe, detect
@@ -82,7 +83,7 @@ class LLMRun:
             per = ", ".join(f"{task} {op} {k}" for (task, op), k in sorted(counts.items()))
             print(f"waiting for LLM answers: wrote {n} request(s) to {path} (OpenAI Batch API input format)"
                   + (f"; pending per task and operator: {per}" if per else "")
-                  + f"; send them with `python run.py llm-batch {path.parent}` (or any Batch API runner that "
+                  + f"; send them with `{program()} llm-batch {path.parent}` (or any Batch API runner that "
                   f"writes its output .jsonl into {path.parent}), then run this command again: tasks whose "
                   f"answers are all there go on, the others wait", flush=True)
 

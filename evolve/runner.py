@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from archives.archive import Archive
 from archives.records import RunStatus
+from evolve.cli_options import program
 from evolve.config import LLMConfig, RunConfig, SearchConfig
 from evolve.config_file import FIXED, resume_conflicts
 from evolve.evaluating import SearchEvaluator
@@ -109,7 +110,13 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         evaluator.close()
         raise
     try:
+        before = archive.latest_run()
         run_id, how = _run_id(archive, stored_config(run, search), run.fresh, run.extend)
+        if before is not None and before.id == run_id and before.status == RunStatus.FINISHED.value \
+                and not run.extend:
+            print(f"run {run_id} in {run.archive} is finished: resuming it evaluates nothing new; to search on, "
+                  f"add --extend --generations N (more than {search.generations}), or --fresh for a new run",
+                  flush=True)
         llm_state: LLMRun | None = llm_run(llm, run, archive, run_id, search.setting) if llm else None
         operators, operator_line = build_operators(run.operators, llm_state.setup if llm_state else None,
                                                    run.knob_rate, explicit=run.operators_explicit)
@@ -131,6 +138,8 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         if llm_state:
             llm_state.finish(status is RunStatus.WAITING, ends)
         archive.set_status(run_id, status)
+        if status is RunStatus.INTERRUPTED:
+            print(f"interrupted: what finished is kept; go on with `{program()} resume {run.archive}`", flush=True)
     finally:
         evaluator.close()
         archive.close()

@@ -131,7 +131,7 @@ def load_file(path: Path, suite: str | None = None) -> Task:
         raise SuiteError(f"{path}: ENTRY must be a Python identifier, not {entry!r}")
     for fn in ("reference", "make_inputs"):
         if not callable(ns.get(fn)):
-            raise SuiteError(f"{path}: no `{fn}` function (see `run.py new-task` for a template)")
+            raise SuiteError(f"{path}: no `{fn}` function (see `{_program()} new-task` for a template)")
     dtypes = _dtypes(ns, path)
     name = ns.get("NAME", path.stem)
     if not isinstance(name, str) or not name.isidentifier():
@@ -178,7 +178,7 @@ def _run_module(path: Path) -> ModuleType:
 
 def _need(ns: dict, key: str, kind: type, path: Path) -> Any:
     if key not in ns:
-        raise SuiteError(f"{path}: no {key} (see `run.py new-task` for a template)")
+        raise SuiteError(f"{path}: no {key} (see `{_program()} new-task` for a template)")
     if not isinstance(ns[key], kind):
         raise SuiteError(f"{path}: {key} must be a {kind.__name__}, not {type(ns[key]).__name__}")
     return ns[key]
@@ -401,6 +401,12 @@ def write_template(name: str, folder: str) -> Path:
         raise SuiteError(f"new-task: {folder} is not a folder")
     out.write_text(TEMPLATE.read_text().replace(TEMPLATE_NAME, name))
     return out
+
+
+def _program() -> str:
+    from evolve.cli_options import program
+
+    return program()
 
 
 def _no_cost(shape: dict, dtype: str) -> tuple[float, float]:

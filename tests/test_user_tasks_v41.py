@@ -120,7 +120,7 @@ def test_validate_names_the_broken_file_in_one_line_and_finishes_the_others(tmp_
     assert p.returncode == 2, p.stderr[-2000:]
     assert "2 of 2 tasks valid here" in p.stdout
     line = f"{broken}: reference raised on the smallest shape {{'N': 1000}} (float32): NameError: name 'grad_' " \
-           "is not defined (line 13)"
+           "is not defined (line 11)"
     assert f"not validated: {line}" in p.stderr.splitlines()
     assert "Traceback" not in p.stderr
 
