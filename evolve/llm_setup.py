@@ -119,9 +119,9 @@ def llm_run(llm: LLMConfig, run: RunConfig, archive: Archive, run_id: int, setti
         "price unknown, counted as $0 (give --llm-price IN,OUT)"
     budget = ", ".join(b for b in (f"at most {config.max_calls} calls" if config.max_calls else "",
                                    f"at most ${config.max_cost:g}" if config.max_cost else "") if b) or "no budget"
-    where = "by file exchange (Batch API format)" if exchange else (config.base_url or "api.openai.com")
-    line = (f"LLM: model {config.model} at {where}; {cost}; {budget}; concurrency {config.concurrency}; "
-            f"temperatures {llm.temperature} across islands; GPU: {gpu.split(':')[0]}")
+    where = "through a file exchange (Batch API format)" if exchange else f"at {config.base_url or 'api.openai.com'}"
+    line = (f"LLM: model {config.model} {where}; {cost}; {budget}; concurrency {config.concurrency}; "
+            f"temperatures {llm.temperature} across islands; GPU told to the model: {gpu}")
     return LLMRun(client, setup, exchange, "; ".join([line, *notes]))
 
 

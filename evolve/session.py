@@ -183,7 +183,10 @@ def print_summary(summary: dict[str, Any], export_dir: Path, ends: dict[str, Tas
         end = (ends or {}).get(e["task"])
         failed = end is not None and end.halt is Halt.INVALID and e["status"] != "exported"
         note = str(end) if failed else e.get("note")
-        print(f"{e['task']:28} {'search failed' if failed else e['status']:18} {num(e.get('speedup')):>8} "
+        status = "search failed" if failed else "exported start" if e.get("operator") == "start" else e["status"]
+        if status == "exported start" and not note:
+            note = "the starting kernel: no candidate beat it" + ("" if e.get("speedup") else " (none timed here)")
+        print(f"{e['task']:28} {status:18} {num(e.get('speedup')):>8} "
               f"{num(e.get('search_speedup')):>8} {num(e.get('vs_start')):>8} {e['evaluations']:>6}"
               + (f"  ({note})" if note else ""))
     line = f"exported {summary['exported']}/{len(summary['tasks'])} to {export_dir}"
