@@ -59,7 +59,7 @@ def test_a_folder_loads_every_task_and_a_bad_file_costs_only_itself(tmp_path):
     assert sorted(tasks) == ["one", "two"]  # the START_FILE kernel and _helper.py are no tasks
     assert tasks["two"].start_source == (tmp_path / "two_kernel.py").read_text()
     assert {t.suite for t in tasks.values()} == {str(tmp_path.resolve())}
-    assert tasks.problems == [f"{tmp_path / 'broken.py'}: no `reference` function (see `run.py new-task` for a "
+    assert tasks.problems == [f"{tmp_path / 'broken.py'}: no `reference` function (see `python run.py new-task` for a "
                               "template)"]
     assert str(two) not in " ".join(tasks.problems)
 
