@@ -49,6 +49,7 @@ def warn_problems(tasks: Mapping[str, Task]) -> None:
 def validate(tasks: Mapping[str, Task], options: ValidateOptions, make: MakeValidator) -> int:
     """Evaluates every task's reference, printing and recording each as it finishes; 130 when
     interrupted (what finished stays recorded: `--pending` goes on from there)."""
+    validation.check_writable(options.record)  # before the work, not after the first task's
     warn_problems(tasks)
     if options.pending:  # what an earlier, cut-short validate did not get to
         done = validation.read(options.record).get("tasks", {})

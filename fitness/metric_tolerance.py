@@ -5,7 +5,8 @@ by element, where a few elements a rounding step away are expected.
 A task states them in TOLERANCE beside, or instead of, element-wise (atol, rtol) pairs:
 `{"cosine": 0.999}` for every output, or `{"float16": {"rel_l1": 0.02}}` for one dtype's.
 Each bound must hold; a NaN or infinity where the reference is finite fails (a metric would
-otherwise average it away or be NaN itself).
+otherwise average it away or be NaN itself), and a cosine bound also bounds the ratio of the
+norms (cosine alone would pass any multiple of the reference).
 """
 from __future__ import annotations
 
@@ -30,6 +31,20 @@ def _cosine(o: torch.Tensor, r: torch.Tensor) -> float:
     if no == 0.0 and nr == 0.0:
         return 1.0
     return float((o * r).sum()) / max(no * nr, 1e-300)
+
+
+def _scale_mismatch(o: torch.Tensor, r: torch.Tensor, bound: float) -> str:
+    """Cosine similarity ignores scale (2 * ref has cosine 1): the norms must agree as closely as
+    the bound's angle allows (a relative error of about sqrt(2 (1 - bound)))."""
+    no, nr = float(o.norm()), float(r.norm())
+    allowed = math.sqrt(2 * (1 - bound))
+    if nr == 0.0:
+        return "" if no == 0.0 else f"the output's norm is {no:.6g} where the reference's is 0"
+    ratio = no / nr
+    if abs(ratio - 1) > allowed:
+        return (f"the output's norm is {ratio:.6g} times the reference's; a cosine bound of {bound:g} allows "
+                f"{1 - allowed:.6g} to {1 + allowed:.6g} (cosine alone ignores scale)")
+    return ""
 
 
 def parse_metrics(given: object, where: str) -> dict[str, float]:
@@ -59,6 +74,10 @@ def metric_mismatch(o: torch.Tensor, r: torch.Tensor, metrics: dict[str, float])
         return f"{broken} of {o.numel()} elements are NaN or infinite where the reference is finite"
     o64, r64 = o64[finite], r64[finite]  # an infinite reference element: no distance to measure
     for name, bound in metrics.items():
+        if name == "cosine" and o64.numel():
+            problem = _scale_mismatch(o64, r64, bound)
+            if problem:
+                return problem
         fn, larger_is_better = METRICS[name]
         value = fn(o64, r64) if o64.numel() else (1.0 if larger_is_better else 0.0)
         ok = value >= bound if larger_is_better else value <= bound

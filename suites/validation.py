@@ -64,6 +64,18 @@ def merge(path: Path, suite: str, device: str, entries: dict[str, dict]) -> dict
     return record
 
 
+def check_writable(path: Path) -> None:
+    """Before any work: the record can be written where it is to go (RecordError if not)."""
+    tmp = path.with_suffix(".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.touch()
+        tmp.unlink()
+    except OSError as e:
+        raise RecordError(f"cannot write the validation record {path} ({e.strerror or e}): run validate from a "
+                          "folder you can write, or give --validation FILE somewhere writable") from None
+
+
 class RecordError(OSError):
     """The record could not be written: the message says where and what to do instead."""
 

@@ -52,6 +52,10 @@ def test_a_metric_tolerance_passes_rounding_steps_that_element_wise_fails():
     wrong = torch.round(ref * 20) / 20  # a coarser quantization: every element off
     assert "rel_l1" in compare_outputs([wrong], [ref], metric) or "cosine" in compare_outputs([wrong], [ref], metric)
     assert "NaN or infinite" in metric_mismatch(torch.full_like(ref, float("nan")), ref, {"cosine": 0.5})
+    # cosine alone ignores scale: twice the reference has cosine 1, and still fails
+    assert "norm is 2 times the reference's" in metric_mismatch(2 * ref, ref, {"cosine": 0.99})
+    assert metric_mismatch(1.001 * ref, ref, {"cosine": 0.99}) == ""
+    assert "rmse" in metric_mismatch(ref + 0.1, ref, {"rmse": 0.01})
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +95,25 @@ def test_torch_glue_without_torch_ops_allowed_is_refused(evaluator):
     task = load_suite(str(path))["quant_matmul_counted"]
     v = evaluator.evaluate(task, task.start_source)
     assert not v.passed and "torch did work outside Triton kernels" in v.reason, v.reason
+
+
+@pytest.mark.slow
+def test_what_the_new_kinds_relax_still_holds_the_trust_rules(evaluator):
+    """INPLACE frees only the declared inputs; TORCH_OPS = "allowed" frees torch work, not work
+    hidden from the replay (numpy here: stale on the replay's fresh inputs)."""
+    tasks = load_suite(str(EXAMPLES))
+    inplace = tasks["momentum_inplace"]
+    writes_grad = inplace.start_source.replace("    tl.store(b_ptr + offs, b, mask=mask)\n",
+                                               "    tl.store(b_ptr + offs, b, mask=mask)\n"
+                                               "    tl.store(g_ptr + offs, b, mask=mask)\n")
+    v = evaluator.evaluate(inplace, writes_grad)
+    assert not v.passed and "modified an input tensor (input 1)" in v.reason, v.reason
+    glue = tasks["quant_matmul"]
+    numpy_side = glue.start_source.replace(
+        "    return out\n", "    host = (x.cpu().numpy() @ (wq.cpu().numpy() * scale.cpu().numpy()))\n"
+        "    out.copy_(torch.from_numpy(host))\n    return out\n")
+    v = evaluator.evaluate(glue, numpy_side)
+    assert not v.passed and "wrong result" in v.reason, v.reason
 
 
 @pytest.mark.slow

@@ -76,3 +76,17 @@ def test_a_reference_reading_outside_its_inputs_has_its_own_class_and_is_not_ret
     assert not validation.shared_gpu_failure(GUARD_READ)  # its own kernel's fault, whoever shares the GPU
     wrote = "the suite's reference writes outside its inputs on the benchmark inputs (perf 0): 8 of the ..."
     assert validation.reason_class(wrote) == "reference writes outside its inputs"
+
+
+def test_an_unwritable_record_is_one_line_before_any_work(tmp_path):
+    """Issue 41: validate from a folder it cannot write did the work, then died with a
+    PermissionError traceback."""
+    import pytest
+
+    from suites.validation import RecordError, check_writable
+    blocker = tmp_path / "runs"
+    blocker.write_text("a file where the record's folder should be")
+    with pytest.raises(RecordError, match="cannot write the validation record .*give --validation FILE"):
+        check_writable(blocker / "x-validation.json")
+    check_writable(tmp_path / "ok" / "x-validation.json")
+    assert not (tmp_path / "ok" / "x-validation.tmp").exists()
