@@ -168,3 +168,14 @@ def test_a_search_leaves_out_the_broken_file_fails_a_raising_reference_alone_and
     import sqlite3
     with sqlite3.connect(tmp_path / "x.db") as conn:
         assert conn.execute("select status from runs").fetchall() == [("finished",)]
+
+
+@pytest.mark.gpu
+def test_the_examples_are_timed_on_the_gpu(tmp_path):
+    """On the GPU: each example's starting kernel passes and is timed against its reference (the
+    in-place one, the torch glue one with its torch work in the time)."""
+    p = run("validate", "--suite", str(EXAMPLES), "--workers", "1", "--json", cwd=tmp_path, timeout=1200)
+    assert p.returncode == 0, p.stderr[-2000:]
+    verdicts = {v["task"]: v for v in json.loads(p.stdout)}
+    for name, v in verdicts.items():
+        assert v["correct"] and v["heldout_correct"] and v["speedup"], (name, v["reason"])
