@@ -294,9 +294,10 @@ def check_runs(task: Task, path: Path) -> None:
         args = task.make_inputs(dict(shape), getattr(torch, dtype), torch.Generator().manual_seed(0))
     except Exception as e:  # noqa: BLE001 - the user's code: its error, in one line
         raise SuiteError(f"{path}: make_inputs raised {at}: {_one_line(e, path)}") from None
-    if not isinstance(args, tuple):
+    if not isinstance(args, (tuple, list)):
         raise SuiteError(f"{path}: make_inputs returned a {type(args).__name__}, not a tuple of the entry's "
                          "arguments: end it with `return (x,)` or `return x, y`")
+    args = tuple(args)
     bad = [i for i in task.inplace if i >= len(args) or not isinstance(args[i], torch.Tensor)]
     if bad:
         raise SuiteError(f"{path}: INPLACE names input {bad[0]}, but make_inputs gives {len(args)} argument(s) "
@@ -318,6 +319,12 @@ def _run_reference(task: Task, args: tuple, path: Path, at: str) -> list[torch.T
             out = task.reference(*copies)
     except Exception as e:  # noqa: BLE001 - the user's code: its error, in one line
         raise SuiteError(f"{path}: reference raised {at}: {_one_line(e, path)}") from None
+    changed = [i for i, (a, c) in enumerate(zip(args, copies)) if i not in task.inplace and isinstance(a, torch.Tensor)
+               and not (a.shape == c.shape and a.dtype == c.dtype and torch.equal(a.nan_to_num(), c.nan_to_num()))]
+    if changed:  # candidates may not change inputs unless the task says which: its results would not count
+        raise SuiteError(f"{path}: reference changes input {changed[0]} in place: declare INPLACE = "
+                         f"({changed[0]},) if the kernel updates it (the updated inputs are then compared), or "
+                         "let the reference work on a copy")
     if out is None:
         raise SuiteError(f"{path}: reference returned None: return its result, or declare INPLACE = (i,) "
                          "for the inputs it updates in place")

@@ -101,6 +101,8 @@ def test_a_folder_without_any_good_task_is_an_error(tmp_path):
     ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'INPLACE = (5,)', "INPLACE names input 5, but make_inputs gives 3"),
     ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'INPLACE = 0', "INPLACE must be a tuple"),
     ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'TORCH_OPS = True', "TORCH_OPS must be \"allowed\""),
+    ("    return alpha * x + y", "    return x.mul_(alpha).add_(y)", "reference changes input 0 in place: declare "
+                                                                    "INPLACE = (0,) if the kernel updates it"),
     ("    return alpha * x + y", "    return (alpha * x + y).to(torch.complex64)",
      "output 0 is complex64, which has no tolerance"),
 ])
