@@ -105,9 +105,14 @@ def brief(reason: str, width: int = 160) -> str:
     result says what was wrong first and on which case after (not cut inside the shape)."""
     text = short_reason(reason)
     case = _WRONG_ON.match(text)
-    if case:
-        text = f"{case.group(2)} [{case.group(1)}]"
-        return text if len(text) <= width else text[:width - 3] + "..."
+    if case:  # details spared in turn: the worst element, the tolerance's figures
+        where, problem = case.group(1).replace(" shape ", " "), case.group(2)
+        for cut in ("", r"; worst at .*$", r" \(atol [^)]*\)"):
+            problem = re.sub(cut, "", problem) if cut else problem
+            text = f"{problem} [{where}]"
+            if len(text) <= width:
+                return text
+        return text[:width - 3] + "..."
     if len(text) <= width:
         return text
     head, sep, tail = text.partition(": ")

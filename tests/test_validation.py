@@ -90,3 +90,12 @@ def test_an_unwritable_record_is_one_line_before_any_work(tmp_path):
         check_writable(blocker / "x-validation.json")
     check_writable(tmp_path / "ok" / "x-validation.json")
     assert not (tmp_path / "ok" / "x-validation.tmp").exists()
+
+
+def test_a_wrong_result_note_says_what_was_wrong_then_where_never_cut_inside_the_shape():
+    reason = ("wrong result on tuning shape {'N': 1024} float32 (seed 1492342232): output 0 (float32): 1024 of "
+              "1024 elements outside tolerance (atol 1e-05, rtol 1e-05); worst at (288,): got -4.78634, expected 4.4")
+    assert validation.brief(reason, 110) == ("output 0 (float32): 1024 of 1024 elements outside tolerance "
+                                             "[tuning {'N': 1024} float32]")
+    assert validation.reason_class(reason, starting=True) == "starting kernel gives a wrong result"
+    assert validation.stage_words("call", reason) == "wrong result"
