@@ -152,8 +152,26 @@ def load_file(path: Path, suite: str | None = None) -> Task:
         instruction=str(ns.get("INSTRUCTION") or _instruction(entry, ns["reference"], inplace, _torch_ops(ns, path))),
         difficulty=ns.get("DIFFICULTY"), tags=("user",), inplace=inplace, torch_ops=_torch_ops(ns, path),
     )
-    check_runs(task, path)
+    if _needs_check(path):
+        check_runs(task, path)
+        _CHECKED.add(_stamp(path))
     return task
+
+
+# task files whose code ran cleanly in this process, by (path, mtime, size): a command loads its
+# suite more than once (search, LLM corpus, export), and each load would run every reference again
+_CHECKED: set[tuple] = set()
+
+
+def _stamp(path: Path) -> tuple:
+    st = path.stat()
+    return str(path.resolve()), st.st_mtime_ns, st.st_size
+
+
+def _needs_check(path: Path) -> bool:
+    """The evaluator's workers (TE_DEVICE set) load the files the command already checked: a
+    worker loads a folder once per task, and a reference on GPU-sized shapes is not cheap."""
+    return "TE_DEVICE" not in os.environ and _stamp(path) not in _CHECKED
 
 
 def _run_module(path: Path) -> ModuleType:
