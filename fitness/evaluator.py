@@ -282,6 +282,9 @@ class Evaluator:
                  if self.judge(task).replays]
         if not items:
             return traces
+        problem = next((p for p in (inplace_problem(task, item["trace"]) for item in items) if p), "")
+        if problem:
+            return self._fail(v, f"replay: {problem}")
         for item in items[:REFERENCES_AHEAD]:
             self.prefetch_reference(task, item["case"])
         req = {"op": "replay", "task": self.task_spec(task), "items": items,
@@ -370,3 +373,23 @@ class Evaluator:
     def units(self, evaluations: int = 0) -> list[UnitStats]:
         return [UnitStats("local", self.pool.info().get("device", "?"), self.gpu, self.config.workers,
                           evaluations, round(self.pool.busy_s, 3), round(self.measuring_s, 3))]
+
+
+def inplace_problem(task: Task, trace: Any) -> str:
+    """'' when an INPLACE task's trace names, as its outputs, exactly the declared inputs (whole,
+    as given): what the candidate's process reports is not evidence, and a result written
+    elsewhere would be correct here and leave the user's tensors unchanged."""
+    if not task.inplace:
+        return ""
+    try:
+        outs, buffers = trace["outputs"], trace["buffers"]
+        refs = [o["__t__"] for o in outs]
+        origins = [buffers[r["t"]] for r in refs]
+    except (KeyError, TypeError, IndexError):
+        return "the trace's outputs cannot be read as the task's in-place inputs"
+    got = [(b.get("from"), b.get("index")) for b in origins]
+    want = [("input", i) for i in task.inplace]
+    if got != want:
+        return (f"the outputs of an in-place task must be its inputs {', '.join(map(str, task.inplace))} "
+                "updated where they are; this call's results are elsewhere")
+    return ""

@@ -179,3 +179,18 @@ def test_the_examples_are_timed_on_the_gpu(tmp_path):
     verdicts = {v["task"]: v for v in json.loads(p.stdout)}
     for name, v in verdicts.items():
         assert v["correct"] and v["heldout_correct"] and v["speedup"], (name, v["reason"])
+
+
+def test_an_inplace_tasks_trace_must_name_the_declared_inputs_as_its_outputs():
+    """The candidate's process writes the trace: an in-place task's outputs must be its declared
+    inputs there too, or its result was written elsewhere (correct here, useless to the user)."""
+    from fitness.evaluator import inplace_problem
+
+    task = load_suite(str(EXAMPLES))["momentum_inplace"]
+    out = lambda t: {"__t__": {"t": t, "off": 0, "size": [8], "stride": [1], "dtype": "float32"}}
+    buffers = [{"from": "input", "index": 0}, {"from": "input", "index": 1}, {"from": "input", "index": 2},
+               {"from": "op"}]
+    assert inplace_problem(task, {"outputs": [out(0), out(2)], "buffers": buffers}) == ""
+    assert "must be its inputs 0, 2" in inplace_problem(task, {"outputs": [out(0), out(3)], "buffers": buffers})
+    assert "cannot be read" in inplace_problem(task, {"outputs": [out(9)], "buffers": buffers})
+    assert inplace_problem(load_suite(str(EXAMPLES))["softmax_input"], {}) == ""
