@@ -6,7 +6,6 @@ import json
 import logging
 import threading
 import time
-import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -21,7 +20,7 @@ from evolve.progress import Progress
 from evolve.sentinels import Sentinels
 from evolve.task_search import Halt, Shared, TaskEnd, TaskSearch
 from operators.base import WeightedOperator
-from suites.task import Task
+from suites.task import Task, failure_line
 
 MAX_TASK_THREADS = 64
 log = logging.getLogger(__name__)
@@ -107,24 +106,6 @@ class Session:
                  "steady_s": round(steady[1], 3) if steady else None}
         self.archive.add_session(self.run_id, stats)
         print(session_line(stats), flush=True)
-
-
-def failure_line(e: BaseException) -> str:
-    """An exception in one line, with where it was raised outside the engine's own code (a
-    task file's reference: `/tmp/tasks/t.py:17`), if anywhere."""
-    root = Path(__file__).resolve().parent.parent
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if not _under(Path(f.filename), root)
-              and "site-packages" not in f.filename and "/lib/python" not in f.filename]
-    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}{where}"
-
-
-def _under(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root)
-        return True
-    except ValueError:
-        return False
 
 
 def run_status(interrupted: bool, ends: dict[str, TaskEnd]) -> RunStatus:

@@ -39,8 +39,8 @@ from fitness.reference_service import REFERENCE_CHILDREN, ReferenceService
 from fitness.sandbox import detect
 from fitness.script_eval import ScriptReferences
 from fitness.static_gate import check_source
-from fitness.verdict import UnitStats, Verdict, biased_aa
-from suites.task import Task
+from fitness.verdict import TASK_CODE_RAISED, UnitStats, Verdict, biased_aa
+from suites.task import Task, failure_line
 
 # clean children at least (they replay, then time): one measuring, others replaying or getting ready;
 # as many as correctness workers (H100 builtin with 8 workers and 5 clean children: the clean
@@ -149,9 +149,14 @@ class Evaluator:
         def one(t: Task) -> Verdict | None:
             if stop.is_set():
                 return None
-            if t.start_source:
-                return self.evaluate(t, t.start_source, timed, cancel=stop.is_set)
-            return self._reference_verdict(t, stop.is_set)
+            try:
+                if t.start_source:
+                    return self.evaluate(t, t.start_source, timed, cancel=stop.is_set)
+                return self._reference_verdict(t, stop.is_set)
+            except Exception as e:  # noqa: BLE001 - the task's own code (a reference raising on a drawn shape)
+                v = self._verdict(t)
+                v.reason, v.device = f"{TASK_CODE_RAISED}: {failure_line(e)}", self.pool.info().get("device", "")
+                return v  # that task fails; the others are validated
         ex = ThreadPoolExecutor(max(1, 2 * self.config.workers))
         try:
             futures = [ex.submit(one, t) for t in tasks]

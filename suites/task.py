@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import random
+import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
@@ -153,3 +155,21 @@ def to_device(a, device):
     base = torch.empty(0, dtype=torch.uint8, device=a.device).set_(a.untyped_storage()).to(device, copy=True)
     flat = torch.empty(0, dtype=a.dtype, device=device).set_(base.untyped_storage())
     return torch.as_strided(flat, a.shape, a.stride(), a.storage_offset())
+
+
+def failure_line(e: BaseException) -> str:
+    """An exception of a task's own code in one line, with where it was raised outside the
+    engine's code and the libraries (a task file's reference: `/tmp/tasks/t.py:17`), if anywhere."""
+    root = Path(__file__).resolve().parent.parent
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not _under(Path(f.filename), root)
+              and "site-packages" not in f.filename and "/lib/python" not in f.filename]
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}{where}"
+
+
+def _under(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root)
+        return True
+    except ValueError:
+        return False

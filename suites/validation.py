@@ -140,6 +140,8 @@ def stage_words(stage: str, reason: str) -> str:
     """What went wrong, in the user's words rather than the verdict's stage name (the classes
     of archives.ui's FAILURE_CLASS)."""
     low = reason.lower()
+    if reason.startswith("the task's own code raised"):
+        return "task error"
     if "timed out" in low or "deadline" in low:
         return "timed out"
     if "out of memory" in low:
@@ -154,6 +156,8 @@ def reason_class(reason: str, starting: bool = False) -> str:
     """A coarse bucket for summaries (ptxas, timeout, import, wrong result, ...); `starting`: the
     code validated is a user's starting kernel, not a suite's reference, so a wrong result is its."""
     low = reason.lower()
+    if reason.startswith("the task's own code raised"):
+        return "the task's own code raised (its reference or make_inputs)"
     if starting and any(k in low for k in ("wrong result", "is not reproducible", "disagree")):
         return "starting kernel gives a wrong result"
     for key, label in (("reads memory outside its inputs", "reference reads memory outside its inputs"),

@@ -136,12 +136,25 @@ def _folder_with_a_broken_file(tmp_path):
     return folder, broken
 
 
+def _flaky(folder):
+    """A task whose reference raises on shapes over 2000 elements: it loads (its smallest shape
+    runs), and fails when a larger one is drawn."""
+    flaky = folder / "flaky.py"
+    flaky.write_text((EXAMPLES / "momentum_inplace.py").read_text().replace(
+        "    buf.mul_(momentum).add_(grad)", "    if buf.numel() > 2000:\n        raise RuntimeError('boom')\n"
+        "    buf.mul_(momentum).add_(grad)"))
+    return flaky
+
+
 @pytest.mark.slow
 def test_validate_names_the_broken_file_in_one_line_and_finishes_the_others(tmp_path):
     folder, broken = _folder_with_a_broken_file(tmp_path)
+    flaky = _flaky(folder)
     p = run("validate", "--suite", str(folder), "--workers", "1", cwd=tmp_path)
     assert p.returncode == 2, p.stderr[-2000:]
-    assert "2 of 2 tasks valid here" in p.stdout
+    assert "2 of 3 tasks valid here" in p.stdout
+    [row] = [ln for ln in p.stdout.splitlines() if ln.startswith("flaky ")]
+    assert "task error" in row and f"RuntimeError: boom ({flaky}:" in row
     line = f"{broken}: reference raised on the smallest shape {{'N': 1000}} (float32): NameError: name 'grad_' " \
            "is not defined (line 11)"
     assert f"not validated: {line}" in p.stderr.splitlines()
@@ -154,10 +167,7 @@ def test_a_search_leaves_out_the_broken_file_fails_a_raising_reference_alone_and
     (it loads: its smallest shape runs): the others are searched and exported, the run ends
     `finished`, and each problem is one line naming its file."""
     folder, broken = _folder_with_a_broken_file(tmp_path)
-    flaky = folder / "flaky.py"
-    flaky.write_text((EXAMPLES / "momentum_inplace.py").read_text().replace(
-        "    buf.mul_(momentum).add_(grad)", "    if buf.numel() > 2000:\n        raise RuntimeError('boom')\n"
-        "    buf.mul_(momentum).add_(grad)"))
+    flaky = _flaky(folder)
     p = run("--suite", str(folder), "--islands", "1", "--population", "2", "--generations", "1", "--workers", "1",
             "--archive", "x.db", cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
