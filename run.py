@@ -98,10 +98,12 @@ def _selected(args):
 
 def cmd_check(args) -> int:
     from fitness.static_gate import MAX_SOURCE_BYTES
+    from suites.registry import did_you_mean
 
     tasks = _load(args)
     if args.task not in tasks:
-        raise UsageError(f"unknown task {args.task!r} in suite {args.suite!r}")
+        raise UsageError(f"unknown task {args.task!r}{did_you_mean(args.task, tasks)} in suite {args.suite!r} "
+                         f"(known: {', '.join(sorted(tasks))})")
     path = args.kernel
     if not os.path.isfile(path):
         raise UsageError(f"cannot read kernel file {path!r}: no such file")
@@ -189,7 +191,7 @@ def _resolved(args: argparse.Namespace, problems: list[str]) -> argparse.Namespa
     the run stored in the archive (a resume) over the defaults. What a resume may not change,
     and what the file gets wrong, go into `problems`."""
     from archives.archive import ArchiveError, stored_run
-    from evolve.cli_options import search_specs
+    from evolve.cli_options import program, search_specs
     from evolve.config_file import layered, read_file, resume_conflicts
     from evolve.runner import conflict_message
 
@@ -205,7 +207,7 @@ def _resolved(args: argparse.Namespace, problems: list[str]) -> argparse.Namespa
     except ArchiveError as e:
         problems.append(str(e))
     if args.command == "resume" and run is None and not problems:
-        problems.append(f"{archive} holds no run to resume (start one with: run.py --archive {archive} ...)")
+        problems.append(f"{archive} holds no run to resume (start one with: {program()} --archive {archive} ...)")
     o = argparse.Namespace(**layered(first, cli, file, run.config if run else {}))
     o.archive, o.explicit = archive, "operators" in cli or "operators" in file
     if run is not None:
@@ -305,10 +307,11 @@ def cmd_llm_batch(args) -> int:
 
 
 def cmd_new_task(args: argparse.Namespace) -> int:
+    from evolve.cli_options import program
     from suites.user import write_template
 
     path = write_template(args.name, args.out)
-    print(f"wrote {path}: edit it, then `python run.py validate --suite {path}`")
+    print(f"wrote {path}: edit it, then `{program()} validate --suite {path}`")
     return 0
 
 
@@ -319,7 +322,8 @@ def cmd_report(args) -> int:
         raise UsageError(f"--watch takes seconds above 0 and at most 86400, not {args.watch:g}")
     if args.watch is not None and args.json:
         raise UsageError("--watch and --json do not go together (--watch rewrites report/report.json instead)")
-    return report(args.archive, args.out, args.run, args.invalid, args.json, args.watch)
+    out = args.out or str(Path("report") / Path(args.archive).stem)
+    return report(args.archive, out, args.run, args.invalid, args.json, args.watch)
 
 
 def cmd_ui(args) -> int:
@@ -333,12 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # as a program: the process's signals are ours
         _sigterm_as_ctrl_c()
     argv = list(sys.argv[1:] if argv is None else argv)
-    from evolve.cli_options import COMMANDS, parse
+    from evolve.cli_options import COMMANDS, parse, program
     from suites.registry import SuiteError, did_you_mean
+    from suites.validation import RecordError
 
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         print(f"error: unknown command {argv[0]!r}{did_you_mean(argv[0], COMMANDS)} "
-              f"(commands: {', '.join(COMMANDS)}; with none, run.py searches)", file=sys.stderr)
+              f"(commands: {', '.join(COMMANDS)}; with none, {program()} searches)", file=sys.stderr)
         return 2
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help", "--version"):
         argv.insert(0, "search")  # the main command: `run.py --suite S --islands N`
@@ -349,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         return {"search": cmd_search, "resume": cmd_search, "check": cmd_check, "validate": cmd_validate,
                 "list": cmd_list, "llm-batch": cmd_llm_batch, "report": cmd_report, "ui": cmd_ui,
                 "new-task": cmd_new_task}[args.command](args)
-    except (UsageError, SuiteError) as e:
+    except (UsageError, SuiteError, RecordError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

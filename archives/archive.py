@@ -54,6 +54,10 @@ class ArchiveError(Exception):
 
 def _check_existing(path: Path) -> None:
     """Read-only checks before anything writes to a file that already exists."""
+    if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+        # SQLite would say the file is not a database (it cannot make its journal beside it)
+        raise ArchiveError(f"{path} is read-only, or its folder is: a search writes to its archive; copy it "
+                           "somewhere writable, or give another --archive (report and ui read it as it is)")
     with open(path, "rb") as f:
         head = f.read(16)
     if head and head != b"SQLite format 3\x00":

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 from evolve.config_file import OptionSpec
 
@@ -151,8 +153,30 @@ def search_specs() -> dict[str, OptionSpec]:
     return specs
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a did-you-mean for a misspelt option (`--islnds`)."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        from suites.registry import did_you_mean
+
+        if message.startswith("unrecognized arguments: "):
+            known = {o for a in self._actions for o in a.option_strings} | \
+                {o for a in self._actions if isinstance(a, argparse._SubParsersAction)
+                 for p in a.choices.values() for b in p._actions for o in b.option_strings}
+            hints = [w.split("=")[0] + did_you_mean(w.split("=")[0], known) for w in message.split(": ", 1)[1].split()
+                     if w.startswith("--") and did_you_mean(w.split("=")[0], known)]
+            if hints:
+                message += "; " + ", ".join(hints)
+        super().error(message)
+
+
+def program() -> str:
+    """How the user started us, for the commands our messages suggest."""
+    return "triton-evolve" if Path(sys.argv[0]).name == "triton-evolve" else "python run.py"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="run.py", description="Evolve faster Triton kernels.")
+    parser = Parser(prog=program().removeprefix("python "), description="Evolve faster Triton kernels.")
     parser.add_argument("--version", action="version", version=f"triton-evolve {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("search", help="the evolutionary search (the default command)")
@@ -197,7 +221,8 @@ def _archive_commands(sub: argparse._SubParsersAction) -> None:
     """The commands that read an archive: report and ui."""
     p = sub.add_parser("report", help="metrics, tables and plots of an archive (finished or still running)")
     p.add_argument("--archive", required=True, help="the SQLite archive of a search (read-only)")
-    p.add_argument("--out", default="report", help="folder for index.html, summary.md, plots (default report/)")
+    p.add_argument("--out", default=None, help="folder for index.html, summary.md, plots (default report/ARCHIVE, "
+                   "named after the archive's file, so two archives' reports do not overwrite each other)")
     p.add_argument("--json", action="store_true", help="also print the report as JSON on stdout")
     p.add_argument("--run", type=int, default=None, help="run id in the archive (default: the latest)")
     p.add_argument("--invalid", default=None, metavar="FILE",

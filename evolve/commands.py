@@ -49,13 +49,14 @@ def warn_problems(tasks: Mapping[str, Task]) -> None:
 def validate(tasks: Mapping[str, Task], options: ValidateOptions, make: MakeValidator) -> int:
     """Evaluates every task's reference, printing and recording each as it finishes; 130 when
     interrupted (what finished stays recorded: `--pending` goes on from there)."""
+    validation.check_writable(options.record)  # before the work, not after the first task's
     warn_problems(tasks)
     if options.pending:  # what an earlier, cut-short validate did not get to
         done = validation.read(options.record).get("tasks", {})
         tasks = {n: t for n, t in tasks.items() if n not in done}
         print(f"{len(done)} task(s) already in {options.record}; validating the {len(tasks)} others", flush=True)
     if not options.as_json:
-        print(f"{'task':40} {'status':12} {'held-out':8} {'speedup':>8}  note", flush=True)
+        print(f"{'task':40} {'status':14} {'held-out':8} {'speedup':>8}  note", flush=True)
     try:
         verdicts, entries = _validate_pass(tasks, options, make(options.workers))
     except KeyboardInterrupt:
@@ -75,9 +76,20 @@ def validate(tasks: Mapping[str, Task], options: ValidateOptions, make: MakeVali
         entries.update(more)
     if options.as_json:
         print(json.dumps([v.to_dict() for v in verdicts], indent=1))
-        return 0
+        return _unloaded(tasks)
     _validate_summary(tasks, verdicts, options.record if entries else None)
-    return 0
+    return _unloaded(tasks)
+
+
+def _unloaded(tasks: Mapping[str, Task]) -> int:
+    """2 when a task file could not be loaded (the others were validated): each said again, in
+    one line, after the table it is missing from."""
+    problems = getattr(tasks, "problems", [])
+    for p in problems:
+        print(f"not validated: {p}", file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} task file(s) could not be loaded: fix them and validate again", file=sys.stderr)
+    return 2 if problems else 0
 
 
 def _validate_pass(tasks: Mapping[str, Task], options: ValidateOptions,
@@ -95,11 +107,12 @@ def _validate_pass(tasks: Mapping[str, Task], options: ValidateOptions,
                 validation.merge(options.record, options.suite, v.device, {v.task: entries[v.task]})
             if not options.as_json:
                 sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
-                status = "invalid-here" if "invalid-here" in v.flags else v.stage
+                status = "correct" if v.passed else "invalid-here" if "invalid-here" in v.flags and \
+                    task.script is not None else validation.stage_words(v.stage, v.reason)
                 dropped = ref.dropped() if ref else ""
                 note = ("weak-test " if weak else "") + (f"{dropped}; " if dropped and not v.passed else dropped) + \
                     ("" if v.passed else validation.brief(v.reason, 110) if v.reason else "")
-                print(f"{v.task:40} {status:12} {'ok' if v.heldout_correct else 'FAIL':8} {sp:>8}  {note}", flush=True)
+                print(f"{v.task:40} {status:14} {'ok' if v.heldout_correct else 'FAIL':8} {sp:>8}  {note}", flush=True)
     return verdicts, entries
 
 
@@ -129,7 +142,7 @@ def _validate_summary(tasks: Mapping[str, Task], verdicts: list[Verdict], record
     print(f"device: {verdicts[0].device if verdicts else '?'}; sandbox: {verdicts[0].sandbox if verdicts else '?'}")
     if record is not None:
         kept = validation.read(record)
-        for text in validation.summary(kept["tasks"]):
+        for text in validation.summary(kept["tasks"], starting=what == "starting kernels"):
             print(text)
         print(f"recorded in {record} ({len(kept['tasks'])} task(s) so far)")
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from archives.archive import Archive
+from evolve.cli_options import program
 from evolve.config import LLMConfig, RunConfig
 from evolve.task_search import Halt, TaskEnd
 from operators.gpu_info import describe, detect
@@ -85,7 +86,7 @@ class LLMRun:
             per = ", ".join(f"{task} {op} {k}" for (task, op), k in sorted(counts.items()))
             print(f"waiting for LLM answers: wrote {n} request(s) to {path} (OpenAI Batch API input format)"
                   + (f"; pending per task and operator: {per}" if per else "")
-                  + f"; send them with `python run.py llm-batch {path.parent}` (or any Batch API runner that "
+                  + f"; send them with `{program()} llm-batch {path.parent}` (or any Batch API runner that "
                   f"writes its output .jsonl into {path.parent}), then run this command again: tasks whose "
                   f"answers are all there go on, the others wait", flush=True)
 
@@ -121,9 +122,9 @@ def llm_run(llm: LLMConfig, run: RunConfig, archive: Archive, run_id: int, setti
         "price unknown, counted as $0 (give --llm-price IN,OUT)"
     budget = ", ".join(b for b in (f"at most {config.max_calls} calls" if config.max_calls else "",
                                    f"at most ${config.max_cost:g}" if config.max_cost else "") if b) or "no budget"
-    where = "by file exchange (Batch API format)" if exchange else (config.base_url or "api.openai.com")
-    line = (f"LLM: model {config.model} at {where}; {cost}; {budget}; concurrency {config.concurrency}; "
-            f"temperatures {llm.temperature} across islands; GPU: {gpu.split(':')[0]}")
+    where = "through a file exchange (Batch API format)" if exchange else f"at {config.base_url or 'api.openai.com'}"
+    line = (f"LLM: model {config.model} {where}; {cost}; {budget}; concurrency {config.concurrency}; "
+            f"temperatures {llm.temperature} across islands; GPU told to the model: {gpu}")
     return LLMRun(client, setup, exchange, "; ".join([line, *notes]))
 
 

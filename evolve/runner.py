@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from archives.archive import Archive
 from archives.records import RunStatus
+from evolve.cli_options import program
 from evolve.config import LLMConfig, RunConfig, SearchConfig
 from evolve.config_file import FIXED, resume_conflicts
 from evolve.device_identity import check_devices, machine_devices, retime_elsewhere
@@ -98,6 +99,8 @@ def searchable(run: RunConfig) -> dict[str, Task]:
     if run.operators == "knobs":
         left_out.update({n: "no starting kernel (the knob operators need one; use --operators llm)"
                          for n, t in tasks.items() if not t.start_source})
+    for problem in getattr(tasks, "problems", []):  # a task file that could not be loaded: its task only
+        print(f"left out {problem}", flush=True)
     for n, why in left_out.items():
         print(f"left out {n}: {why}", flush=True)
     kept = {n: t for n, t in tasks.items() if n not in left_out}
@@ -118,7 +121,13 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         evaluator.close()
         raise
     try:
+        before = archive.latest_run()
         run_id, how = _run_id(archive, stored_config(run, search), run, lambda: machine_devices(evaluator))
+        if before is not None and before.id == run_id and before.status == RunStatus.FINISHED.value \
+                and not run.extend:
+            print(f"run {run_id} in {run.archive} is finished: resuming it evaluates nothing new; to search on, "
+                  f"add --extend --generations N (more than {search.generations}), or --fresh for a new run",
+                  flush=True)
         llm_state: LLMRun | None = llm_run(llm, run, archive, run_id, search.setting) if llm else None
         operators, operator_line = build_operators(run.operators, llm_state.setup if llm_state else None,
                                                    run.knob_rate, explicit=run.operators_explicit)
@@ -140,6 +149,8 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         if llm_state:
             llm_state.finish(status is RunStatus.WAITING, ends)
         archive.set_status(run_id, status)
+        if status is RunStatus.INTERRUPTED:
+            print(f"interrupted: what finished is kept; go on with `{program()} resume {run.archive}`", flush=True)
     finally:
         evaluator.close()
         archive.close()

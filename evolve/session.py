@@ -3,6 +3,7 @@ time limit or Ctrl-C, and the session's throughput recorded in the archive."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,9 +20,10 @@ from evolve.progress import Progress
 from evolve.sentinels import Sentinels
 from evolve.task_search import Halt, Shared, TaskEnd, TaskSearch
 from operators.base import WeightedOperator
-from suites.task import Task
+from suites.task import Task, failure_line
 
 MAX_TASK_THREADS = 64
+log = logging.getLogger(__name__)
 
 
 class Session:
@@ -52,7 +54,11 @@ class Session:
         shared = Shared(self.archive, self.run_id, self.submit, self.stop, on_event=self.progress)
 
         def one(task: Task) -> None:
-            end = TaskSearch(task, operators, config, shared).run()
+            try:
+                end = TaskSearch(task, operators, config, shared).run()
+            except Exception as e:  # noqa: BLE001 - e.g. a user task's reference that raises on a drawn shape
+                log.info("the search of %s failed", task.name, exc_info=True)  # TRITON_EVOLVE_LOG=info
+                end = TaskEnd(Halt.INVALID, f"its search failed: {failure_line(e)}")  # that task only
             self.ends[task.name] = end
             self.progress.task_done(task.name, str(end))
 
@@ -159,13 +165,19 @@ def session_line(s: dict[str, Any]) -> str:
 
 def print_summary(summary: dict[str, Any], export_dir: Path, ends: dict[str, TaskEnd] | None = None) -> None:
     """The closing table; `ends` (this command's) adds why a task stopped where it is no plain end
-    (invalid here, operators exhausted), so a task that got no LLM call says why."""
+    (invalid here, operators exhausted, its search failed), so a task that got no LLM call says why."""
     def num(x: float | None) -> str:
         return f"{x:.3f}" if x else "-"
     print(f"\n{'task':28} {'status':18} {'speedup':>8} {'search':>8} {'vs start':>8} {'evals':>6}")
     for e in summary["tasks"]:
-        notes = [n for n in (stop_note((ends or {}).get(e["task"])), e.get("note")) if n]
-        print(f"{e['task']:28} {e['status']:18} {num(e.get('speedup')):>8} {num(e.get('search_speedup')):>8} "
+        end = (ends or {}).get(e["task"])
+        failed = end is not None and end.halt is Halt.INVALID and e["status"] != "exported"
+        status = "search failed" if failed else "exported start" if e.get("operator") == "start" else e["status"]
+        notes = [n for n in (stop_note(end), e.get("note")) if n]
+        if status == "exported start" and not notes:
+            timed = "" if e.get("speedup") else " (none timed here)"
+            notes.append(f"the starting kernel: no candidate beat it{timed}")
+        print(f"{e['task']:28} {status:18} {num(e.get('speedup')):>8} {num(e.get('search_speedup')):>8} "
               f"{num(e.get('vs_start')):>8} {e['evaluations']:>6}"
               + (f"  ({'; '.join(notes)})" if notes else ""))
     line = f"exported {summary['exported']}/{len(summary['tasks'])} to {export_dir}"

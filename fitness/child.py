@@ -178,8 +178,10 @@ class Child(ScriptSide):
         finally:
             self.hook.recorder = None
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if task.inplace:  # the updated inputs are the outputs, whatever the entry returned
+            outs = [args[i] for i in task.inplace]
         try:
-            self._check_call(module, args, saved, outs, threads, before, meter)
+            self._check_call(task, module, args, saved, outs, threads, before, meter)
             trace = recorder.trace(outs)
             t0 = time.perf_counter()
             host = [o.to("cpu", copy=True) for o in outs]  # a copy: the originals get poisoned
@@ -188,7 +190,7 @@ class Child(ScriptSide):
         finally:
             poison(outs, args, saved)
 
-    def _check_call(self, module: ModuleType, args: tuple, saved: list, outs: list, threads: int,
+    def _check_call(self, task: Task, module: ModuleType, args: tuple, saved: list, outs: list, threads: int,
                     launches_before: int, meter: TorchWorkMeter) -> None:
         """Early filters for honest mistakes (the candidate can defeat any of them; the replay
         and the engine's comparison are what decide)."""
@@ -197,17 +199,19 @@ class Child(ScriptSide):
             if type(o) is not torch.Tensor:
                 raise CandidateError(f"output {i} is a {type(o).__module__}.{type(o).__name__}, "
                                      "not a plain torch.Tensor")
-            if aliases(o, args):
+            if not task.inplace and aliases(o, args):
                 raise CandidateError(f"output {i} shares memory with an input")
         if python_threads() != threads:
             raise CandidateError("candidate started a thread during the call")
-        for a, s in zip(args, saved):
-            if s is not None and not same_storage_bytes(a, s):
-                raise CandidateError("candidate modified an input tensor")
+        for k, (a, s) in enumerate(zip(args, saved)):
+            if s is not None and k not in task.inplace and not same_storage_bytes(a, s):
+                raise CandidateError(f"candidate modified an input tensor (input {k})" + (
+                    f" (the task updates only input(s) {', '.join(map(str, task.inplace))} in place)"
+                    if task.inplace else " (a task that updates inputs in place says so: INPLACE)"))
         if self.hook.launches(module.__name__) == launches_before:
             raise CandidateError("none of the candidate's own @triton.jit kernels was launched")
         produced = sum(o.numel() for o in outs)
-        if meter.elements > max(1024, TORCH_WORK_SHARE * produced):
+        if not task.torch_ops and meter.elements > max(1024, TORCH_WORK_SHARE * produced):
             ops = ", ".join(f"{k} ({v} elements)" for k, v in sorted(meter.ops.items(), key=lambda kv: -kv[1]))
             raise CandidateError(f"torch did work outside Triton kernels: {ops}")
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from fitness.metric_tolerance import metric_mismatch
+
 
 def as_list(x: object) -> list:
     return list(x) if isinstance(x, (tuple, list)) else [x]
@@ -98,6 +100,8 @@ def compare_outputs(outs: Any, refs: Any, tolerance: dict, expected: list[Expect
             problem = _integer_mismatch(o, r.to(o.device), ties=rounding_ties and dt not in INDEX_DTYPES)
         elif dt not in tolerance:
             return f"task has no tolerance for dtype {dt}"
+        elif isinstance(tolerance[dt], dict):  # whole-tensor metrics (fitness.metric_tolerance)
+            problem = metric_mismatch(o, r, tolerance[dt])
         else:
             problem = _float_mismatch(o, r, tolerance[dt], slack, scaled)
         if problem:

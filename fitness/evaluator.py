@@ -39,8 +39,8 @@ from fitness.reference_service import REFERENCE_CHILDREN, ReferenceService
 from fitness.sandbox import detect
 from fitness.script_eval import ScriptReferences
 from fitness.static_gate import check_source
-from fitness.verdict import UnitStats, Verdict, biased_aa
-from suites.task import Task
+from fitness.verdict import TASK_CODE_RAISED, UnitStats, Verdict, biased_aa
+from suites.task import Task, failure_line
 
 # clean children at least (they replay, then time): one measuring, others replaying or getting ready;
 # as many as correctness workers (H100 builtin with 8 workers and 5 clean children: the clean
@@ -149,9 +149,14 @@ class Evaluator:
         def one(t: Task) -> Verdict | None:
             if stop.is_set():
                 return None
-            if t.start_source:
-                return self.evaluate(t, t.start_source, timed, cancel=stop.is_set)
-            return self._reference_verdict(t, stop.is_set)
+            try:
+                if t.start_source:
+                    return self.evaluate(t, t.start_source, timed, cancel=stop.is_set)
+                return self._reference_verdict(t, stop.is_set)
+            except Exception as e:  # noqa: BLE001 - the task's own code (a reference raising on a drawn shape)
+                v = self._verdict(t)
+                v.reason, v.device = f"{TASK_CODE_RAISED}: {failure_line(e)}", self.pool.info().get("device", "")
+                return v  # that task fails; the others are validated
         ex = ThreadPoolExecutor(max(1, 2 * self.config.workers))
         try:
             futures = [ex.submit(one, t) for t in tasks]
@@ -282,6 +287,9 @@ class Evaluator:
                  if self.judge(task).replays]
         if not items:
             return traces
+        problem = next((p for p in (inplace_problem(task, item["trace"]) for item in items) if p), "")
+        if problem:
+            return self._fail(v, f"replay: {problem}")
         for item in items[:REFERENCES_AHEAD]:
             self.prefetch_reference(task, item["case"])
         req = {"op": "replay", "task": self.task_spec(task), "items": items,
@@ -304,7 +312,7 @@ class Evaluator:
             if res.get("error"):
                 return self._fail(v, f"{res['error']} ({where})")
             produced = sum(o.numel() for o in res["outputs"])
-            if res["torch_elements"] > max(1024, TORCH_WORK_SHARE * produced):
+            if not task.torch_ops and res["torch_elements"] > max(1024, TORCH_WORK_SHARE * produced):
                 by_size = sorted(res["torch_ops"].items(), key=lambda kv: -kv[1])
                 ops = ", ".join(f"{k} ({n} elements)" for k, n in by_size)
                 return self._fail(v, f"torch did work outside Triton kernels (counted on the replay): {ops}")
@@ -371,3 +379,23 @@ class Evaluator:
     def units(self, evaluations: int = 0) -> list[UnitStats]:
         return [UnitStats("local", self.pool.info().get("device", "?"), self.gpu, self.config.workers,
                           evaluations, round(self.pool.busy_s, 3), round(self.measuring_s, 3))]
+
+
+def inplace_problem(task: Task, trace: Any) -> str:
+    """'' when an INPLACE task's trace names, as its outputs, exactly the declared inputs (whole,
+    as given): what the candidate's process reports is not evidence, and a result written
+    elsewhere would be correct here and leave the user's tensors unchanged."""
+    if not task.inplace:
+        return ""
+    try:
+        outs, buffers = trace["outputs"], trace["buffers"]
+        refs = [o["__t__"] for o in outs]
+        origins = [buffers[r["t"]] for r in refs]
+    except (KeyError, TypeError, IndexError):
+        return "the trace's outputs cannot be read as the task's in-place inputs"
+    got = [(b.get("from"), b.get("index")) for b in origins]
+    want = [("input", i) for i in task.inplace]
+    if got != want:
+        return (f"the outputs of an in-place task must be its inputs {', '.join(map(str, task.inplace))} "
+                "updated where they are; this call's results are elsewhere")
+    return ""

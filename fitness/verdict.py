@@ -17,6 +17,8 @@ TIMING_FAILED = "timing-failed"
 # the cascade, in order; `stage` is the last one a candidate reached ("none": it failed the gate)
 STAGES = ("none", "parse", "compile", "call", "correct", "timed")
 SUSPICIOUS_SPEEDUP = 10.0
+# a verdict's reason when the task's own code (its reference, its input maker) raised, not the kernel's
+TASK_CODE_RAISED = "the task's own code raised"
 
 
 @dataclass

@@ -12,10 +12,11 @@ counts as failed (the raw answers stay in the archive's llm_calls).
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
 from string import Template
 
-from operators.base import Child, Context, Operator, Parent
+from operators.base import Child, Context, Exhausted, Operator, Parent
 from operators.interface import entry_phrase
 from operators.llm_client import LLMCallError, LLMClient
 from operators.llm_parse import MAX_RESPONSE_CHARS, parse_answer
@@ -69,6 +70,26 @@ def history_block(history: list[Parent], baselines: dict[str, float] | None = No
                        f"```python\n{p.source.rstrip()}\n```" for i, p in enumerate(ranked, 1))
 
 
+# answers in a row without usable code, before any usable one, that stop the LLM operators: a
+# model that never writes a code block (a base model, a wrong --model) cost 24 calls before
+_UNUSABLE_STOP = 8
+_UNUSABLE: dict[int, int] = {}  # id(client) -> the streak (-1: it has answered with code)
+_UNUSABLE_LOCK = threading.Lock()
+
+
+def _count_unusable(client: LLMClient, error: str) -> None:
+    """Counts an answer without usable code; Exhausted (its reason for the run's lines) at the stop."""
+    with _UNUSABLE_LOCK:
+        n = _UNUSABLE.get(id(client), 0)
+        if n < 0:
+            return
+        _UNUSABLE[id(client)] = n + 1
+    if n + 1 >= _UNUSABLE_STOP:
+        raise Exhausted(f"the model's first {n + 1} answers held no usable code (the last: {error}); "
+                        "check --model names a chat model that writes code, and the answers in the archive's "
+                        "llm_calls table")
+
+
 class LLMOperator(Operator):
     """Shared by the LLM operators: send, parse, one follow-up, a Child carrying its call ids."""
 
@@ -102,8 +123,10 @@ class LLMOperator(Operator):
             calls.append(reply.call_id)
             parsed = parse_answer(reply.text, context.entry)
             if parsed.code is not None:
+                _UNUSABLE[id(self.client)] = -1  # this model writes code: no streak stops it
                 return Child(parsed.code, name, parsed.note, calls)
             self.client.store.note_llm_failure(reply.call_id, parsed.error)
+            _count_unusable(self.client, parsed.error)
             if turn == 1 or len(reply.text) > MAX_RESPONSE_CHARS:
                 return None  # a runaway answer is not echoed back to the model
             follow = template("followup").substitute(error=parsed.error, entry=_form(context))

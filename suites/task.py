@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import random
+import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
@@ -39,8 +41,9 @@ class Task:
     make_inputs: Callable[..., tuple]
     shapes: ShapeSet  # GPU-sized
     dtypes: tuple[str, ...]  # the dtype(s) the task is posed in, e.g. ("float16", "bfloat16")
-    # per *output* dtype: (atol, rtol); an element passes when |out-ref| <= atol + rtol*|ref|
-    tolerance: dict[str, tuple[float, float]]
+    # per *output* dtype: (atol, rtol), an element passes when |out-ref| <= atol + rtol*|ref|; or
+    # {metric: bound}, the whole tensor is judged (fitness.metric_tolerance; user tasks only)
+    tolerance: dict[str, Any]
     # cost(shape, dtype) -> (bytes moved, flops) for one call: the roofline floor
     cost: Callable[[Shape, str], tuple[float, float]]
     start_source: str  # a correct, deliberately unoptimized Triton implementation
@@ -71,6 +74,14 @@ class Task:
     # lets a value on a .5 boundary round either way (compare.INTEGER_TIE_SHARE). Never for
     # index outputs (int32, int64): an index off by one is wrong
     rounding_ties: bool = False
+
+    # the positions of inputs the entry point updates in place: those inputs, after the call, are
+    # the outputs compared (the reference mutates its own copies the same way); what it returns is
+    # not looked at (user tasks, INPLACE)
+    inplace: tuple[int, ...] = ()
+    # torch work outside the Triton kernels is allowed (user tasks, TORCH_OPS = "allowed"): the
+    # replay, which runs and times only the ops it recorded, still decides; its total time counts
+    torch_ops: bool = False
 
     def __post_init__(self) -> None:
         unknown = [v for v in self.variants if v not in VARIANTS]
@@ -273,3 +284,21 @@ def to_device(a, device):
     base = torch.empty(0, dtype=torch.uint8, device=a.device).set_(a.untyped_storage()).to(device, copy=True)
     flat = torch.empty(0, dtype=a.dtype, device=device).set_(base.untyped_storage())
     return torch.as_strided(flat, a.shape, a.stride(), a.storage_offset())
+
+
+def failure_line(e: BaseException) -> str:
+    """An exception of a task's own code in one line, with where it was raised outside the
+    engine's code and the libraries (a task file's reference: `/tmp/tasks/t.py:17`), if anywhere."""
+    root = Path(__file__).resolve().parent.parent
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not _under(Path(f.filename), root)
+              and "site-packages" not in f.filename and "/lib/python" not in f.filename]
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}{where}"
+
+
+def _under(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root)
+        return True
+    except ValueError:
+        return False

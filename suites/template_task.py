@@ -18,7 +18,8 @@ def reference(x, y, alpha):
 
 def make_inputs(shape, dtype, gen):
     """The inputs for one shape, in the order ENTRY takes them: CPU tensors (moved to the device
-    by the evaluator) and Python scalars. Draw every random number from `gen`."""
+    by the evaluator) and Python scalars. Draw every random number from `gen`. Always a tuple,
+    even of one input: `return (x,)`."""
     n = shape["N"]
     x = torch.randn(n, generator=gen, dtype=torch.float32).to(dtype)
     y = torch.randn(n, generator=gen, dtype=torch.float32).to(dtype)
@@ -27,7 +28,8 @@ def make_inputs(shape, dtype, gen):
 
 # Shapes are dicts of upper-case sizes. Tuning shapes are timed and shown to the search;
 # held-out shapes are drawn afresh at each evaluation between the smallest and largest sizes
-# given here, and decide what gets exported. GPU-sized:
+# given here, and decide what gets exported. An integer under a lower-case key is refused
+# (held-out draws would never vary it) unless declared: NON_SIZE_KEYS = ("causal",). GPU-sized:
 SHAPES = {
     "tuning": [{"N": 1 << 20}, {"N": 1 << 24}],
     "heldout": [{"N": 1000003}, {"N": 65537}],
@@ -38,8 +40,15 @@ CPU_SHAPES = {
     "heldout": [{"N": 1000}, {"N": 3001}],
 }
 DTYPES = ["float32"]  # torch dtype names; every case runs in each
-# Optional: per output dtype, (atol, rtol); |out - ref| <= atol + rtol * |ref| passes.
+# Optional: per output dtype, (atol, rtol); |out - ref| <= atol + rtol * |ref| passes. Or
+# whole-tensor metrics, for quantization: TOLERANCE = {"cosine": 0.9999, "rel_l1": 1e-3}
+# (cosine >=; rel_l1, rmse, rel_rmse, max_abs <=), for every output or per dtype.
 TOLERANCE = {"float32": (1e-5, 1e-5)}
+# Optional: INPLACE = (0,) when ENTRY updates input 0 in place (the reference too; it may return
+# nothing): the updated inputs are then the outputs compared.
+# Optional: TORCH_OPS = "allowed" when the kernel does torch work around its Triton kernels
+# (quantize in torch, matmul in Triton): that work is timed with the kernels. By default the
+# Triton kernels must do the work.
 
 
 def cost(shape, dtype):

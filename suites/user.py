@@ -27,16 +27,20 @@ archive keeps it, and the evaluator's workers load the task from it again (suite
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
+import math
 import os
 import sys
+import traceback
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
+from fitness.metric_tolerance import METRICS, parse_metrics
 from suites.ast_lock import parse
 from suites.registry import SuiteError, SuiteTasks, suite_names
 from suites.task import ShapeSet, Task
@@ -57,8 +61,12 @@ def looks_like_path(name: str) -> bool:
 
 
 def suite_label(suite: str) -> str:
-    """A short name for file names (runs/<label>.db): a path suite's file or folder name."""
-    return Path(suite).stem if looks_like_path(suite) else suite
+    """A short name for file names (runs/<label>.db): a path suite's file or folder name and a
+    digest of its absolute path, so two folders named `tasks` keep two records and archives."""
+    if not looks_like_path(suite):
+        return suite
+    where = str(Path(suite).resolve())
+    return f"{Path(suite).stem}-{hashlib.sha256(where.encode()).hexdigest()[:8]}"
 
 
 def visible_paths(suite: str) -> tuple[str, ...]:
@@ -123,7 +131,7 @@ def load_file(path: Path, suite: str | None = None) -> Task:
         raise SuiteError(f"{path}: ENTRY must be a Python identifier, not {entry!r}")
     for fn in ("reference", "make_inputs"):
         if not callable(ns.get(fn)):
-            raise SuiteError(f"{path}: no `{fn}` function (see `run.py new-task` for a template)")
+            raise SuiteError(f"{path}: no `{fn}` function (see `{_program()} new-task` for a template)")
     dtypes = _dtypes(ns, path)
     name = ns.get("NAME", path.stem)
     if not isinstance(name, str) or not name.isidentifier():
@@ -133,15 +141,37 @@ def load_file(path: Path, suite: str | None = None) -> Task:
         raise SuiteError(f"{path}: cost must be a function cost(shape, dtype) -> (bytes, flops)")
     if not isinstance(ns.get("DIFFICULTY", 0), int):
         raise SuiteError(f"{path}: DIFFICULTY must be an integer (what --difficulty selects on)")
-    return Task(
+    inplace, plain = _inplace(ns, path), _non_sizes(ns, path)
+    reference = functools.partial(_updated_inputs, ns["reference"], inplace) if inplace else ns["reference"]
+    task = Task(
         name=name, suite=suite or str(path.resolve()), category=str(ns.get("CATEGORY", "user")), entry=entry,
-        reference=ns["reference"], make_inputs=ns["make_inputs"],
-        shapes=_shape_set(ns.get("SHAPES"), "SHAPES", path),
-        interpreter_shapes=_shape_set(ns["CPU_SHAPES"], "CPU_SHAPES", path) if "CPU_SHAPES" in ns else None,
+        reference=reference, make_inputs=ns["make_inputs"],
+        shapes=_shape_set(ns.get("SHAPES"), "SHAPES", path, plain),
+        interpreter_shapes=_shape_set(ns["CPU_SHAPES"], "CPU_SHAPES", path, plain) if "CPU_SHAPES" in ns else None,
         dtypes=dtypes, tolerance=_tolerance(ns, path), cost=cost, start_source=_start(ns, entry, path),
-        instruction=str(ns.get("INSTRUCTION") or _instruction(entry, ns["reference"])),
-        difficulty=ns.get("DIFFICULTY"), tags=("user",),
+        instruction=str(ns.get("INSTRUCTION") or _instruction(entry, ns["reference"], inplace, _torch_ops(ns, path))),
+        difficulty=ns.get("DIFFICULTY"), tags=("user",), inplace=inplace, torch_ops=_torch_ops(ns, path),
     )
+    if _needs_check(path):
+        check_runs(task, path)
+        _CHECKED.add(_stamp(path))
+    return task
+
+
+# task files whose code ran cleanly in this process, by (path, mtime, size): a command loads its
+# suite more than once (search, LLM corpus, export), and each load would run every reference again
+_CHECKED: set[tuple] = set()
+
+
+def _stamp(path: Path) -> tuple:
+    st = path.stat()
+    return str(path.resolve()), st.st_mtime_ns, st.st_size
+
+
+def _needs_check(path: Path) -> bool:
+    """The evaluator's workers (TE_DEVICE set) load the files the command already checked: a
+    worker loads a folder once per task, and a reference on GPU-sized shapes is not cheap."""
+    return "TE_DEVICE" not in os.environ and _stamp(path) not in _CHECKED
 
 
 def _run_module(path: Path) -> ModuleType:
@@ -166,7 +196,7 @@ def _run_module(path: Path) -> ModuleType:
 
 def _need(ns: dict, key: str, kind: type, path: Path) -> Any:
     if key not in ns:
-        raise SuiteError(f"{path}: no {key} (see `run.py new-task` for a template)")
+        raise SuiteError(f"{path}: no {key} (see `{_program()} new-task` for a template)")
     if not isinstance(ns[key], kind):
         raise SuiteError(f"{path}: {key} must be a {kind.__name__}, not {type(ns[key]).__name__}")
     return ns[key]
@@ -182,7 +212,39 @@ def _dtypes(ns: dict, path: Path) -> tuple[str, ...]:
     return tuple(given)
 
 
-def _shape_set(given: Any, key: str, path: Path) -> ShapeSet:
+def _inplace(ns: dict, path: Path) -> tuple[int, ...]:
+    given = ns.get("INPLACE", ())
+    ok = isinstance(given, (tuple, list)) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                   for i in given)
+    if not ok or len(set(given)) != len(given):
+        raise SuiteError(f"{path}: INPLACE must be a tuple of the positions of the inputs updated in place, "
+                         f"e.g. (0,), not {given!r}")
+    return tuple(given)
+
+
+def _non_sizes(ns: dict, path: Path) -> frozenset[str]:
+    given = ns.get("NON_SIZE_KEYS", ())
+    if isinstance(given, str) or not isinstance(given, (tuple, list, set, frozenset)) \
+            or not all(isinstance(k, str) for k in given):
+        raise SuiteError(f"{path}: NON_SIZE_KEYS must be a tuple of shape keys, e.g. (\"stride\",)")
+    return frozenset(given)
+
+
+def _torch_ops(ns: dict, path: Path) -> bool:
+    given = ns.get("TORCH_OPS", "counted")
+    if given not in ("allowed", "counted"):
+        raise SuiteError(f"{path}: TORCH_OPS must be \"allowed\" (torch work around the kernels counts in the "
+                         f"time) or \"counted\" (the default: kernels must do the work), not {given!r}")
+    return given == "allowed"
+
+
+def _updated_inputs(reference: Any, positions: tuple[int, ...], *args: Any) -> tuple:
+    """An INPLACE task's reference: it updates its inputs; those, after the call, are its outputs."""
+    reference(*args)
+    return tuple(args[i] for i in positions)
+
+
+def _shape_set(given: Any, key: str, path: Path, plain: frozenset[str] = frozenset()) -> ShapeSet:
     if not isinstance(given, dict) or set(given) != {"tuning", "heldout"}:
         raise SuiteError(f"{path}: {key} must be a dict with a \"tuning\" and a \"heldout\" list of shapes")
     lists = []
@@ -193,24 +255,114 @@ def _shape_set(given: Any, key: str, path: Path) -> ShapeSet:
         for s in shapes:
             if not isinstance(s, dict) or not s or not all(isinstance(k, str) for k in s):
                 raise SuiteError(f"{path}: {key}[{part!r}]: {s!r} is not a shape (a dict like {{\"N\": 4096}})")
-            sizes = [v for k, v in s.items() if k[:1].isupper()]
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
-                raise SuiteError(f"{path}: {key}[{part!r}]: {s!r}: upper-case sizes must be positive integers")
+            for k, v in s.items():
+                if k[:1].isupper() and not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+                    raise SuiteError(f"{path}: {key}[{part!r}]: size {k!r} is {v!r}: sizes (upper-case keys) "
+                                     "must be positive integers")
+                if not k[:1].isupper() and isinstance(v, int) and not isinstance(v, bool) and k not in plain:
+                    raise SuiteError(f"{path}: {key}[{part!r}]: key {k!r} holds an integer but is not upper-case, "
+                                     f"so held-out shapes would never vary it: name it {k.upper()!r} if it is a "
+                                     f"size, or declare NON_SIZE_KEYS = ({k!r},) if it is not")
         lists.append(tuple(dict(s) for s in shapes))
     return ShapeSet(tuning=lists[0], heldout=lists[1])
 
 
-def _tolerance(ns: dict, path: Path) -> dict[str, tuple[float, float]]:
+def _tolerance(ns: dict, path: Path) -> dict[str, Any]:
+    """{dtype: (atol, rtol) or {metric: bound}}: metrics named at the top level ({"cosine": 0.999})
+    judge every output as a whole tensor (fitness.metric_tolerance); a dtype's entry wins."""
     given = ns.get("TOLERANCE", {})
     if not isinstance(given, dict):
-        raise SuiteError(f"{path}: TOLERANCE must be a dict {{output dtype: (atol, rtol)}}")
-    out = dict(DEFAULT_TOLERANCE)
-    for dtype, pair in given.items():
-        ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, (int, float)) for x in pair)
-        if not ok or not isinstance(getattr(torch, str(dtype), None), torch.dtype):
-            raise SuiteError(f"{path}: TOLERANCE[{dtype!r}] must be (atol, rtol) for a torch dtype name")
-        out[dtype] = (float(pair[0]), float(pair[1]))
+        raise SuiteError(f"{path}: TOLERANCE must be a dict {{output dtype: (atol, rtol)}} or {{metric: bound}}")
+    out: dict[str, Any] = dict(DEFAULT_TOLERANCE)
+    top = {k: v for k, v in given.items() if k in METRICS}
+    try:
+        if top:
+            metrics = parse_metrics(top, f"{path}: TOLERANCE")
+            out = {dtype: dict(metrics) for dtype in out}
+        for dtype, bound in given.items():
+            if dtype in METRICS:
+                continue
+            if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
+                raise ValueError(f"{path}: TOLERANCE: {dtype!r} is neither a torch dtype name nor a metric "
+                                 f"({', '.join(METRICS)})")
+            out[dtype] = parse_metrics(bound, f"{path}: TOLERANCE[{dtype!r}]") if isinstance(bound, dict) \
+                else _pair(bound, dtype, path)
+    except ValueError as e:
+        raise SuiteError(str(e)) from None
     return out
+
+
+def _pair(pair: Any, dtype: str, path: Path) -> tuple[float, float]:
+    ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and \
+        all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in pair)
+    if not ok:
+        raise ValueError(f"{path}: TOLERANCE[{dtype!r}] must be (atol, rtol), two numbers >= 0, or {{metric: bound}}")
+    return float(pair[0]), float(pair[1])
+
+
+def check_runs(task: Task, path: Path) -> None:
+    """The task's own code, run once on its smallest CPU shape in its first dtype: make_inputs
+    gives a tuple, the reference runs on it and on float64 copies (the correctness oracle), and
+    gives tensors the task has a tolerance for. A SuiteError naming the file and the piece."""
+    shapes = task.shape_set(interpreter=True)
+    shape = dict(min(shapes.tuning + shapes.heldout, key=lambda s: math.prod(_int_sizes(s))))
+    dtype = task.dtypes[0]
+    at = f"on the smallest shape {shape} ({dtype})"
+    try:
+        args = task.make_inputs(dict(shape), getattr(torch, dtype), torch.Generator().manual_seed(0))
+    except Exception as e:  # noqa: BLE001 - the user's code: its error, in one line
+        raise SuiteError(f"{path}: make_inputs raised {at}: {_one_line(e, path)}") from None
+    if not isinstance(args, (tuple, list)):
+        raise SuiteError(f"{path}: make_inputs returned a {type(args).__name__}, not a tuple of the entry's "
+                         "arguments: end it with `return (x,)` or `return x, y`")
+    args = tuple(args)
+    bad = [i for i in task.inplace if i >= len(args) or not isinstance(args[i], torch.Tensor)]
+    if bad:
+        raise SuiteError(f"{path}: INPLACE names input {bad[0]}, but make_inputs gives {len(args)} argument(s) "
+                         f"and input {bad[0]} is not a tensor among them")
+    outs = _run_reference(task, args, path, at)
+    up = tuple(a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+    _run_reference(task, up, path, f"{at} on float64 copies of the inputs (the correctness oracle)")
+    for i, o in enumerate(outs):
+        name = str(o.dtype).removeprefix("torch.")
+        if name not in task.tolerance:
+            raise SuiteError(f"{path}: reference output {i} is {name}, which has no tolerance: add TOLERANCE = "
+                             f"{{\"{name}\": (atol, rtol)}}")
+
+
+def _run_reference(task: Task, args: tuple, path: Path, at: str) -> list[torch.Tensor]:
+    copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    try:
+        with torch.no_grad():
+            out = task.reference(*copies)
+    except Exception as e:  # noqa: BLE001 - the user's code: its error, in one line
+        raise SuiteError(f"{path}: reference raised {at}: {_one_line(e, path)}") from None
+    changed = [i for i, (a, c) in enumerate(zip(args, copies)) if i not in task.inplace and isinstance(a, torch.Tensor)
+               and not (a.shape == c.shape and a.dtype == c.dtype and torch.equal(a.nan_to_num(), c.nan_to_num()))]
+    if changed:  # candidates may not change inputs unless the task says which: its results would not count
+        raise SuiteError(f"{path}: reference changes input {changed[0]} in place: declare INPLACE = "
+                         f"({changed[0]},) if the kernel updates it (the updated inputs are then compared), or "
+                         "let the reference work on a copy")
+    if out is None:
+        raise SuiteError(f"{path}: reference returned None: return its result, or declare INPLACE = (i,) "
+                         "for the inputs it updates in place")
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    kinds = [type(o).__name__ for o in outs if not isinstance(o, torch.Tensor)]
+    if not outs or kinds:
+        raise SuiteError(f"{path}: reference must return a tensor or a tuple of tensors, not "
+                         f"{type(out).__name__}" + (f" holding a {kinds[0]}" if kinds else ""))
+    return outs
+
+
+def _int_sizes(shape: dict) -> list[int]:
+    return [v for k, v in shape.items() if k[:1].isupper() and isinstance(v, int)] or [1]
+
+
+def _one_line(e: BaseException, path: Path) -> str:
+    """`TypeError: ... (line N)`: the error, and where in the task file it was raised."""
+    lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if Path(f.filename) == path.resolve()]
+    text = " ".join(str(e).split())[:300]
+    return f"{type(e).__name__}: {text}" + (f" (line {lines[-1]})" if lines else "")
 
 
 def _start(ns: dict, entry: str, path: Path) -> str:
@@ -246,13 +398,21 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _instruction(entry: str, reference: Any) -> str:
-    """What the LLM operators are told when the file says nothing: the reference's own code."""
+def _instruction(entry: str, reference: Any, inplace: tuple[int, ...] = (), torch_ops: bool = False) -> str:
+    """What the LLM operators are told when the file says nothing: the reference's own code,
+    and what the task's INPLACE and TORCH_OPS change."""
+    notes = ""
+    if inplace:
+        notes += (f"\n\n{entry} updates its input(s) {', '.join(map(str, inplace))} in place, as the reference "
+                  "does; those inputs after the call are what is compared, not what it returns.")
+    if torch_ops:
+        notes += "\n\ntorch operations around the Triton kernels are allowed; their time counts in the total."
     try:
         code = inspect.getsource(reference)
     except (OSError, TypeError):
-        return f"{entry}: compute what the task's PyTorch reference computes."
-    return f"{entry}(...) must return what this PyTorch reference returns for the same inputs:\n\n{code}"
+        return f"{entry}: compute what the task's PyTorch reference computes.{notes}"
+    verb = ("must do", "does") if inplace else ("must return", "returns")
+    return f"{entry}(...) {verb[0]} what this PyTorch reference {verb[1]} for the same inputs:\n\n{code}{notes}"
 
 
 def write_template(name: str, folder: str) -> Path:
@@ -266,6 +426,12 @@ def write_template(name: str, folder: str) -> Path:
         raise SuiteError(f"new-task: {folder} is not a folder")
     out.write_text(TEMPLATE.read_text().replace(TEMPLATE_NAME, name))
     return out
+
+
+def _program() -> str:
+    from evolve.cli_options import program
+
+    return program()
 
 
 def _no_cost(shape: dict, dtype: str) -> tuple[float, float]:

@@ -53,11 +53,31 @@ def merge(path: Path, suite: str, device: str, entries: dict[str, dict]) -> dict
         record = {}  # another machine's findings say nothing about this one
     record.update(suite=suite, device=device, updated=time.strftime("%Y-%m-%d %H:%M:%S"))
     record.setdefault("tasks", {}).update(entries)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError as e:
+        raise RecordError(f"cannot write the validation record {path} ({e.strerror or e}): run validate from a "
+                          "folder you can write, or give --validation FILE somewhere writable") from None
     return record
+
+
+def check_writable(path: Path) -> None:
+    """Before any work: the record can be written where it is to go (RecordError if not)."""
+    tmp = path.with_suffix(".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.touch()
+        tmp.unlink()
+    except OSError as e:
+        raise RecordError(f"cannot write the validation record {path} ({e.strerror or e}): run validate from a "
+                          "folder you can write, or give --validation FILE somewhere writable") from None
+
+
+class RecordError(OSError):
+    """The record could not be written: the message says where and what to do instead."""
 
 
 def invalid_tasks(record: dict) -> dict[str, str]:
@@ -81,8 +101,18 @@ def short_reason(reason: str) -> str:
 
 def brief(reason: str, width: int = 160) -> str:
     """`short_reason` for one line of a table: at most `width` characters, cut in its lead-in
-    rather than at its end, so the exception that says what went wrong still shows."""
+    rather than at its end, so the exception that says what went wrong still shows; a wrong
+    result says what was wrong first and on which case after (not cut inside the shape)."""
     text = short_reason(reason)
+    case = _WRONG_ON.match(text)
+    if case:  # details spared in turn: the worst element, the tolerance's figures
+        where, problem = case.group(1).replace(" shape ", " "), case.group(2)
+        for cut in ("", r"; worst at .*$", r" \(atol [^)]*\)"):
+            problem = re.sub(cut, "", problem) if cut else problem
+            text = f"{problem} [{where}]"
+            if len(text) <= width:
+                return text
+        return text[:width - 3] + "..."
     if len(text) <= width:
         return text
     head, sep, tail = text.partition(": ")
@@ -91,6 +121,7 @@ def brief(reason: str, width: int = 160) -> str:
     return head[:width - len(tail) - 5].rstrip() + "...: " + tail
 
 
+_WRONG_ON = re.compile(r"^wrong result on (.*?) \(seed \d+\): (.*)$")
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
 _SHARED_GPU = ("cuda out of memory", "outofmemoryerror", "illegal memory access", "device-side assert",
                "torch_use_cuda_dsa", "unspecified launch failure")
@@ -105,9 +136,30 @@ def shared_gpu_failure(reason: str) -> bool:
     return any(k in low for k in _SHARED_GPU)
 
 
-def reason_class(reason: str) -> str:
-    """A coarse bucket for summaries (ptxas, timeout, import, wrong result, ...)."""
+def stage_words(stage: str, reason: str) -> str:
+    """What went wrong, in the user's words rather than the verdict's stage name (the classes
+    of archives.ui's FAILURE_CLASS)."""
     low = reason.lower()
+    if reason.startswith("the task's own code raised"):
+        return "task error"
+    if "timed out" in low or "deadline" in low:
+        return "timed out"
+    if "out of memory" in low:
+        return "out of memory"
+    if reason.startswith("replay:"):
+        return "replay check"
+    return {"none": "refused", "parse": "import error", "compile": "crashed", "call": "wrong result",
+            "correct": "wrong held-out"}.get(stage, stage)
+
+
+def reason_class(reason: str, starting: bool = False) -> str:
+    """A coarse bucket for summaries (ptxas, timeout, import, wrong result, ...); `starting`: the
+    code validated is a user's starting kernel, not a suite's reference, so a wrong result is its."""
+    low = reason.lower()
+    if reason.startswith("the task's own code raised"):
+        return "the task's own code raised (its reference or make_inputs)"
+    if starting and any(k in low for k in ("wrong result", "is not reproducible", "disagree")):
+        return "starting kernel gives a wrong result"
     for key, label in (("reads memory outside its inputs", "reference reads memory outside its inputs"),
                        ("writes outside its inputs", "reference writes outside its inputs"),
                        ("is not reproducible", "reference not reproducible"),
@@ -126,10 +178,10 @@ def reason_class(reason: str) -> str:
     return "other: " + brief(reason, 100)
 
 
-def summary(entries: dict[str, dict]) -> list[str]:
+def summary(entries: dict[str, dict], starting: bool = False) -> list[str]:
     valid = sum(e["status"] == VALID for e in entries.values())
     lines = [f"{valid} of {len(entries)} tasks valid here; {len(entries) - valid} invalid-here"]
-    classes = Counter(reason_class(e["reason"]) for e in entries.values() if e["status"] == INVALID)
+    classes = Counter(reason_class(e["reason"], starting) for e in entries.values() if e["status"] == INVALID)
     for label, n in classes.most_common():
         lines.append(f"  {n:4d}  {label}")
     return lines

@@ -165,7 +165,8 @@ def test_bad_llm_input_is_one_line_at_start(tmp_path, extra, environment, messag
 
 
 @pytest.mark.parametrize("answer, status_word", [
-    ("x" * (2 << 20), "done"),  # 2 MB of babble: every attempt fails, recorded; the run goes on
+    # 2 MB of babble: every attempt fails, recorded; the 8th ends the LLM with why; the run goes on
+    ("x" * (2 << 20), "answers held no usable code"),
     ((404, {"error": {"message": "The model `test-model` does not exist"}}, {}), "refused"),
 ], ids=["2MB-answer", "404-model"])
 def test_unusable_endpoint_answers_are_recorded_not_crashes(tmp_path, answer, status_word):

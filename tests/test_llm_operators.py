@@ -239,3 +239,23 @@ def test_a_200_that_is_not_a_chat_completion_is_a_recorded_failure(archive):
         child = LLMMutate(client_for(s, archive), "gpu").propose([parent(1, 1.0)], context(), random.Random(0))
         assert len(s.requests) == 1
     assert child is None and "no chat completion" in calls(archive)[0]["error"]
+
+
+def test_a_model_that_never_writes_code_stops_the_llm_with_its_reason(archive):
+    """Issue 41: a model that never returns a code block cost 24 calls and exited 0 with the
+    reason never printed; its 8th answer without usable code in a row ends the LLM operators."""
+    with LLMServer(responder=lambda b, n: "I would use bigger blocks.") as s:
+        op = LLMMutate(client_for(s, archive), "gpu")
+        for i in range(3):  # each a new request: a stored answer would be the same one again
+            assert op.propose([parent(i, 1.0)], context(), random.Random(i)) is None
+        with pytest.raises(Exhausted, match="first 8 answers held no usable code .*no fenced ```python code block"):
+            op.propose([parent(3, 1.0)], context(), random.Random(3))
+        assert len(s.requests) == 8
+
+
+def test_a_model_that_has_written_code_is_not_stopped_by_later_misses(archive):
+    with LLMServer(responder=lambda b, n: softmax_variant(n) if n == 1 else "nothing") as s:
+        op = LLMMutate(client_for(s, archive), "gpu")
+        assert op.propose([parent(1, 1.0)], context(), random.Random(0)) is not None
+        for i in range(2, 7):
+            assert op.propose([parent(i, 1.0)], context(), random.Random(i)) is None

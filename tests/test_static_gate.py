@@ -89,3 +89,38 @@ def test_every_parse_of_ours_goes_through_the_lock_and_nothing_patches_ast():
             "archives.report; print(ast.parse is p)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
     assert out.strip() == "True"
+
+
+LLM_ANSWERS = sorted((__import__("pathlib").Path(__file__).parent / "llm_answers").glob("*.py"))
+
+
+def test_the_corpus_of_llm_answers_is_there():
+    assert len(LLM_ANSWERS) >= 30
+
+
+@pytest.mark.parametrize("path", LLM_ANSWERS, ids=lambda p: p.stem)
+def test_harmless_llm_answers_pass(path):
+    """Issue 40: zero refusals of code that does no harm (`.__doc__`, `input` parameters, type
+    hints, helpers, autotune lists), over LLM-style answers kept in tests/llm_answers."""
+    source = path.read_text()
+    entry = source.splitlines()[0].removeprefix("# entry:").strip()
+    result = check_source(source, entry)
+    assert result.ok, f"{path.name}: {result.reason}"
+
+
+@pytest.mark.parametrize("bad, words", [
+    (GOOD + "\ndef h(x, input=input):\n    return input()\n", "builtin input()"),  # a default is the outer scope's
+    (GOOD + "\ndef h(x):\n    return [c for input in input() for c in input]\n", "builtin input()"),
+    (GOOD + "\nclass A:\n    input = 1\n    def m(self):\n        return input()\n", "builtin input()"),
+    (GOOD + "\ninput = 1\ndel input\ninput()\n", "builtin input()"),  # module scope is dynamic
+    (GOOD + "\ndef h(getattr):\n    return getattr\nh2 = getattr\n", "builtin getattr()"),
+])
+def test_builtin_names_still_refused_where_they_reach_the_builtin(bad, words):
+    result = check_source(bad, "entry")
+    assert not result.ok and words in result.reason
+
+
+def test_input_as_a_parameter_or_local_passes():
+    src = GOOD + ("\ndef wrapper(input, dim: int = -1):\n    out = torch.empty_like(input)\n"
+                  "    def inner():\n        return input.shape\n    return out, inner(), [input for input in (1,)]\n")
+    assert check_source(src, "entry").ok

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from suites.registry import SuiteError, load_suite, load_task
-from suites.user import TEMPLATE, visible_paths, write_template
+from suites.user import TEMPLATE, suite_label, visible_paths, write_template
 from tests.conftest import ROOT
 
 TINY = ("--islands", "1", "--population", "2", "--generations", "1", "--workers", "1")
@@ -59,7 +59,7 @@ def test_a_folder_loads_every_task_and_a_bad_file_costs_only_itself(tmp_path):
     assert sorted(tasks) == ["one", "two"]  # the START_FILE kernel and _helper.py are no tasks
     assert tasks["two"].start_source == (tmp_path / "two_kernel.py").read_text()
     assert {t.suite for t in tasks.values()} == {str(tmp_path.resolve())}
-    assert tasks.problems == [f"{tmp_path / 'broken.py'}: no `reference` function (see `run.py new-task` for a "
+    assert tasks.problems == [f"{tmp_path / 'broken.py'}: no `reference` function (see `python run.py new-task` for a "
                               "template)"]
     assert str(two) not in " ".join(tasks.problems)
 
@@ -78,12 +78,33 @@ def test_a_folder_without_any_good_task_is_an_error(tmp_path):
     ("    return out\n'''", "    return out(\n'''", "START has a syntax error at line"),
     ('"tuning": [{"N": 1024}, {"N": 4096}]', '"tuning": []', "CPU_SHAPES['tuning'] is empty"),
     ('"heldout": [{"N": 1000003}, {"N": 65537}]', '"held": []', "SHAPES must be a dict with a \"tuning\" and"),
-    ('{"N": 1000}', '{"N": -5}', "upper-case sizes must be positive integers"),
+    ('{"N": 1000}', '{"N": -5}', "must be positive integers"),
     ('DTYPES = ["float32"]', 'DTYPES = ["float31"]', "'float31' is not a torch dtype name"),
     ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'TOLERANCE = {"float32": 1e-5}', "TOLERANCE['float32'] must be"),
     ('ENTRY = "bad"', 'ENTRY = "bad"(', "syntax error at line"),
     ("import torch\n", "import torch\nimport no_such_module_here\n", "ModuleNotFoundError"),
     ('START = \'\'\'', 'START_FILE = "missing.py"\n_X = \'\'\'', "cannot read START_FILE"),
+    # issue 41: the task's code runs once when it loads, and each way it can be wrong is one line
+    ("    return alpha * x + y", "    return alpha * x + yy",
+     "reference raised on the smallest shape {'N': 1000} (float32): NameError: name 'yy' is not defined (line 16)"),
+    ("    return x, y, 0.5", "    return x", "make_inputs returned a Tensor, not a tuple"),
+    ('    n = shape["N"]\n    x', '    n = shape["M"]\n    x', "make_inputs raised on the smallest shape"),
+    ("    return alpha * x + y", "    alpha * x + y", "reference returned None: return its result, or declare INPLACE"),
+    ("    return alpha * x + y", "    return [alpha * x + y, 3]",
+     "a tensor or a tuple of tensors, not list holding a int"),
+    ("    return alpha * x + y", "    return (alpha * x + y).double() if x.dtype != torch.float64 else 1",
+     "reference must return a tensor"),
+    ('"tuning": [{"N": 1024}, {"N": 4096}]', '"tuning": [{"N": 1024, "rows": 4}]',
+     "key 'rows' holds an integer but is not upper-case, so held-out shapes would never vary it: name it 'ROWS'"),
+    ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'TOLERANCE = {"cosin": 0.99}', "'cosin' is neither a torch dtype"),
+    ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'TOLERANCE = {"cosine": 2}', "a bound in (0, 1]"),
+    ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'INPLACE = (5,)', "INPLACE names input 5, but make_inputs gives 3"),
+    ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'INPLACE = 0', "INPLACE must be a tuple"),
+    ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'TORCH_OPS = True', "TORCH_OPS must be \"allowed\""),
+    ("    return alpha * x + y", "    return x.mul_(alpha).add_(y)", "reference changes input 0 in place: declare "
+                                                                    "INPLACE = (0,) if the kernel updates it"),
+    ("    return alpha * x + y", "    return (alpha * x + y).to(torch.complex64)",
+     "output 0 is complex64, which has no tolerance"),
 ])
 def test_each_bad_piece_is_named_in_one_line(tmp_path, old, new, words):
     path = _edit(tmp_path, "bad", old, new)
@@ -119,19 +140,21 @@ def test_template_round_trip_validates_in_the_sandbox(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     [v] = json.loads(p.stdout)
     assert v["task"] == "my_op" and v["correct"] and v["heldout_correct"], v["reason"]
-    assert (tmp_path / "runs" / "my_op-validation.json").exists()
+    label = suite_label(str(tmp_path / "my_op.py"))  # named after the file's path, not only its name
+    assert label.startswith("my_op-") and (tmp_path / "runs" / f"{label}-validation.json").exists()
 
 
 def test_search_exports_a_kernel_a_user_script_imports(tmp_path):
     assert run("new-task", "my_op", cwd=tmp_path).returncode == 0
     p = run("--suite", "my_op.py", *TINY, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
-    assert "exported 1/1 to runs/my_op-best" in p.stdout
-    with sqlite3.connect(tmp_path / "runs" / "my_op.db") as conn:
+    label = suite_label(str(tmp_path / "my_op.py"))
+    assert f"exported 1/1 to runs/{label}-best" in p.stdout
+    with sqlite3.connect(tmp_path / "runs" / f"{label}.db") as conn:
         [(config,)] = conn.execute("select config from runs").fetchall()
     assert json.loads(config)["suite"] == str(tmp_path / "my_op.py")  # absolute: resume and report anywhere
     script = tmp_path / "use_it.py"
-    script.write_text("import sys\nimport torch\nsys.path.insert(0, 'runs/my_op-best')\nfrom my_op import my_op\n"
+    script.write_text(f"import sys\nimport torch\nsys.path.insert(0, 'runs/{label}-best')\nfrom my_op import my_op\n"
                       "x, y = torch.randn(1000), torch.randn(1000)\n"
                       "print(torch.allclose(my_op(x, y, 0.5), 0.5 * x + y))\n")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
@@ -140,7 +163,7 @@ def test_search_exports_a_kernel_a_user_script_imports(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-2000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    p = run("report", "--archive", str(tmp_path / "runs" / "my_op.db"), "--out", str(elsewhere), cwd=elsewhere)
+    p = run("report", "--archive", str(tmp_path / "runs" / f"{label}.db"), "--out", str(elsewhere), cwd=elsewhere)
     assert p.returncode == 0 and "1 with a correct kernel" in p.stdout, p.stderr[-2000:]
 
 

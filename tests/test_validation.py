@@ -76,3 +76,26 @@ def test_a_reference_reading_outside_its_inputs_has_its_own_class_and_is_not_ret
     assert not validation.shared_gpu_failure(GUARD_READ)  # its own kernel's fault, whoever shares the GPU
     wrote = "the suite's reference writes outside its inputs on the benchmark inputs (perf 0): 8 of the ..."
     assert validation.reason_class(wrote) == "reference writes outside its inputs"
+
+
+def test_an_unwritable_record_is_one_line_before_any_work(tmp_path):
+    """Issue 41: validate from a folder it cannot write did the work, then died with a
+    PermissionError traceback."""
+    import pytest
+
+    from suites.validation import RecordError, check_writable
+    blocker = tmp_path / "runs"
+    blocker.write_text("a file where the record's folder should be")
+    with pytest.raises(RecordError, match="cannot write the validation record .*give --validation FILE"):
+        check_writable(blocker / "x-validation.json")
+    check_writable(tmp_path / "ok" / "x-validation.json")
+    assert not (tmp_path / "ok" / "x-validation.tmp").exists()
+
+
+def test_a_wrong_result_note_says_what_was_wrong_then_where_never_cut_inside_the_shape():
+    reason = ("wrong result on tuning shape {'N': 1024} float32 (seed 1492342232): output 0 (float32): 1024 of "
+              "1024 elements outside tolerance (atol 1e-05, rtol 1e-05); worst at (288,): got -4.78634, expected 4.4")
+    assert validation.brief(reason, 110) == ("output 0 (float32): 1024 of 1024 elements outside tolerance "
+                                             "[tuning {'N': 1024} float32]")
+    assert validation.reason_class(reason, starting=True) == "starting kernel gives a wrong result"
+    assert validation.stage_words("call", reason) == "wrong result"
