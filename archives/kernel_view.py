@@ -25,6 +25,7 @@ FLAG_NOTES = {
     "no-sandbox": "evaluated without the sandbox (bubblewrap missing or --no-sandbox)",
     "worker-replaced": "an evaluation worker died during it and was replaced",
     "killed-units": "its evaluation killed evaluation units",
+    "gpu-idle-unverified": "timed where NVML could not show whether another process used the GPU meanwhile",
 }
 LINEAGE_HEADERS = ["step", "kernel", "operator", "gen", "island", "stage", "speedup", "note"]
 TIMES_HEADERS = ["shape", "dtype", "kernel ms", "baseline ms", "speedup", "spread"]
