@@ -14,8 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fitness.compare import compare_outputs  # noqa: E402
 from fitness.harness import LaunchHook, draw_inputs, to_device  # noqa: E402
+from fitness.kernel_source import kernels_from_source  # noqa: E402
 from fitness.reference import compute  # noqa: E402
-from fitness.trace import Recorder, Replayer  # noqa: E402
+from fitness.trace import Recorder, Replayer, ReplayError  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 
 
@@ -46,8 +47,13 @@ def main():
     print("buffers:", [(b["from"], b["nbytes"]) for b in trace["buffers"]])
     print("outputs:", trace["outputs"], "problem:", trace["problem"])
     fresh = {**case, "seed": 99}
-    rep = Replayer(trace, dev, mod if dev == "cpu" else None)
-    got = rep.run(tuple(to_device(x, dev) for x in draw_inputs(task, fresh, 99, dev)))
+    try:
+        kernels = kernels_from_source(Path(a.path).read_text(), "cand") if dev == "cpu" else None
+        rep = Replayer(trace, dev, kernels)
+        got = rep.run(tuple(to_device(x, dev) for x in draw_inputs(task, fresh, 99, dev)))
+    except ReplayError as e:
+        print("replay refused:", e)
+        return
     refs, expected = compute(task, fresh, dev)
     print("replay torch work:", rep.torch_elements, rep.torch_ops)
     print("replay vs reference:", compare_outputs(got, refs, task.tolerance, expected=expected) or "ok")
