@@ -11,10 +11,14 @@ saw. Whatever the candidate computed outside it (torch work hidden from the reco
 so the replayed outputs are wrong and the engine rejects it. Torch work is counted on the
 replay, where the candidate cannot forge the count, and the replay is also what gets timed.
 
-On a GPU the replay loads the recorded compiled kernels (binaries and Triton's metadata) and
-never imports the candidate module. Under the Triton interpreter (CPU) a kernel is Python, so
-the replay imports the module and launches the recorded kernel functions directly, bypassing its
-wrappers, heuristics and autotuner: a stronger filter there, not a wall.
+The replay runs only what the engine can name. On a GPU: the recorded compiled kernels (binaries
+and Triton's metadata), whose pointer arguments must be buffers the replay allocated from the
+recorded layout. Under the Triton interpreter (CPU), where a kernel is Python: the kernels the
+engine builds from the candidate's source alone (fitness.kernel_source); the module itself is
+never imported. Around them, a recorded torch op runs only as one of the engine's own primitives
+(fitness.primitives, a closed table: nothing is looked up in torch by the trace's strings), and
+whether it is work is decided by what it did to memory. A trace the replayer cannot read, an op
+outside the table, an output no recorded step wrote: each fails the candidate (check_trace).
 """
 from __future__ import annotations
 
@@ -28,16 +32,6 @@ from fitness.compiled import ReplayError as ReplayError  # re-exported: where a 
 from fitness.compiled import check_launch_args, describe_compiled, launch_compiled, load_compiled
 from fitness.primitives import COPY, DTYPES, ENUMS, FILL, PRIMITIVES, VIEW, Device, Prim, check_args
 
-# aten ops that allocate, fill or re-view memory: free to use around a kernel launch
-FREE_OPS = {
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-    "new_zeros", "zero_", "fill_", "full", "full_like", "new_full", "ones", "ones_like", "new_ones",
-    "view", "_unsafe_view", "reshape", "as_strided", "expand", "squeeze", "unsqueeze", "t",
-    "transpose", "permute", "select", "slice", "alias", "detach", "split", "split_with_sizes",
-    "unbind", "narrow", "view_as", "arange", "lift_fresh", "_reshape_alias", "set_", "resize_",
-    "numel", "size", "stride", "is_contiguous", "sym_size", "sym_stride", "sym_numel",
-    "_local_scalar_dense", "record_stream", "unsqueeze_", "squeeze_", "t_", "transpose_", "empty_permuted",
-}
 # a copy of memory the recorder did not see produced: beyond this it is refused (it is how a
 # precomputed answer would travel, and a kernel needs no such thing)
 MAX_SNAPSHOT_BYTES = 1 << 30
