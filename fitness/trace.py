@@ -32,6 +32,17 @@ from fitness.compiled import ReplayError as ReplayError  # re-exported: where a 
 from fitness.compiled import check_launch_args, describe_compiled, launch_compiled, load_compiled
 from fitness.primitives import COPY, DTYPES, ENUMS, FILL, PRIMITIVES, VIEW, Device, Prim, check_args
 
+# aten ops that allocate, fill or re-view memory, by name: free for the in-process meter only
+# (fitness.harness, a filter); the replay decides work by what a step did to memory
+FREE_OPS = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "zero_", "fill_", "full", "full_like", "new_full", "ones", "ones_like", "new_ones",
+    "view", "_unsafe_view", "reshape", "as_strided", "expand", "squeeze", "unsqueeze", "t",
+    "transpose", "permute", "select", "slice", "alias", "detach", "split", "split_with_sizes",
+    "unbind", "narrow", "view_as", "arange", "lift_fresh", "_reshape_alias", "set_", "resize_",
+    "numel", "size", "stride", "is_contiguous", "sym_size", "sym_stride", "sym_numel",
+    "_local_scalar_dense", "record_stream", "unsqueeze_", "squeeze_", "t_", "transpose_", "empty_permuted",
+}
 # a copy of memory the recorder did not see produced: beyond this it is refused (it is how a
 # precomputed answer would travel, and a kernel needs no such thing)
 MAX_SNAPSHOT_BYTES = 1 << 30
