@@ -291,9 +291,9 @@ class Replayer:
         key = f"{ev.get('name')}.{ev.get('overload') or 'default'}"
         prim = PRIMITIVES.get(key) if ev.get("ns") == "aten" else None
         if prim is None:
-            raise ReplayError(f"the trace holds {str(ev.get('ns'))[:40]}::{key[:80]}, not one of the engine's "
-                              "primitives (views, allocation, fills, copies, elementwise basics): torch work "
-                              "the replay cannot verify")
+            raise ReplayError(f"torch did work outside Triton kernels that the replay cannot verify: the trace "
+                              f"holds {str(ev.get('ns'))[:40]}::{key[:80]}, not one of the engine's primitives "
+                              "(views, allocation, fills, copies, elementwise basics)")
         args = self._decode(ev["args"], bufs)
         kwargs = self._decode(ev.get("kwargs") or {"__d__": {}}, bufs, kw=True)
         if not isinstance(kwargs, dict):
