@@ -29,8 +29,8 @@ ENUMS: dict[str, object] = {"strided": torch.strided, "contiguous_format": torch
                             "preserve_format": torch.preserve_format, "channels_last": torch.channels_last}
 
 # what a step does to memory; "view" is re-checked after it ran (a result outside its source's
-# storage is counted as a copy)
-VIEW, ALLOC, FILL, COPY = "view", "alloc", "fill", "copy"
+# storage is counted as a copy); "read" hands a Python number back to the host and writes nothing
+VIEW, ALLOC, FILL, COPY, READ = "view", "alloc", "fill", "copy", "read"
 
 
 class Device:
@@ -127,6 +127,8 @@ PRIMITIVES: dict[str, Prim] = {
     "split_with_sizes.default": Prim(("T", "ints", "int?"), VIEW,
                                      lambda d, t, n, dim=0: list(t.split(n, dim or 0))),
     "unbind.int": Prim(("T", "int?"), VIEW, lambda d, t, dim=0: list(t.unbind(dim or 0))),
+    # a scalar read to the host (.item()): no memory written, its number never reaches the replay
+    "_local_scalar_dense.default": Prim(("T",), READ, lambda d, t: t.item()),
     # copies and arithmetic: values read from tensors, counted as work
     "clone.default": Prim(("T",), COPY, lambda d, t, **k: t.clone(**_like(k)), {"memory_format": "enum?"}),
     "copy_.default": Prim(("T", "T", "bool?"), COPY, lambda d, t, s, nb=False: t.copy_(s), inplace=True),

@@ -30,7 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fitness.compiled import ReplayError as ReplayError  # re-exported: where a replay's failure was named
 from fitness.compiled import check_launch_args, describe_compiled, launch_compiled, load_compiled
-from fitness.primitives import COPY, DTYPES, ENUMS, FILL, PRIMITIVES, VIEW, Device, Prim, check_args
+from fitness.primitives import COPY, DTYPES, ENUMS, FILL, PRIMITIVES, READ, VIEW, Device, Prim, check_args
 
 # aten ops that allocate, fill or re-view memory, by name: free for the in-process meter only
 # (fitness.harness, a filter); the replay decides work by what a step did to memory
@@ -304,6 +304,10 @@ class Replayer:
             out = prim.impl(self.device, *args, **kwargs)
         except (RuntimeError, ValueError, TypeError, IndexError, OverflowError) as e:
             raise ReplayError(f"{key} failed on the recorded arguments: {str(e)[:200]}") from None
+        if prim.effect == READ:  # a number for the host: the trace's later steps carry their own values
+            if type(ev.get("out")) not in (bool, int, float) or args[0].numel() != 1:
+                raise ReplayError(f"{key} did not read the one-element tensor the trace recorded")
+            return
         made = self._bind(ev.get("out"), out, bufs, key)
         self._account(key, prim, args, out, made, sources)
 
