@@ -24,6 +24,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("path")
     ap.add_argument("--task", default="softmax")
+    ap.add_argument("--small", action="store_true", help="the task's interpreter shapes (fast on CPU)")
     a = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     task = load_suite("builtin")[a.task]
@@ -32,7 +33,7 @@ def main():
     spec = importlib.util.spec_from_file_location("cand", a.path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    case = {"split": "tuning", "shape": dict(task.shapes.tuning[0]), "dtype": task.dtypes[0], "seed": 11}
+    case = {"split": "tuning", "shape": dict(task.shape_set(a.small).tuning[0]), "dtype": task.dtypes[0], "seed": 11}
     for seed in (11, 12):  # the second call is the one traced, as in the evaluator
         args = tuple(to_device(x, dev) for x in draw_inputs(task, {**case, "seed": seed}, seed, dev))
         rec = Recorder(args)

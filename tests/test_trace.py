@@ -69,7 +69,8 @@ def test_a_tensor_passed_through_triton_reinterpret_is_recorded_and_replayed(tmp
     """Interpreted, the replay reinterprets again; compiled, the binary gets the tensor's pointer."""
     path = tmp_path / "softmax_reinterpret.py"
     path.write_text(_reinterpreting_softmax())
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "trace_dump.py"), str(path)],
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "trace_dump.py"), str(path)]
+                         + (["--small"] if interpret == "1" else []),
                          capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "TRITON_INTERPRET": interpret})
     assert out.returncode == 0, out.stderr[-2000:]
