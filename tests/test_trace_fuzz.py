@@ -32,7 +32,7 @@ from suites.registry import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ("softmax", "transpose_copy", "bias_gelu")
-MUTANTS_PER_TASK = int(os.environ.get("TE_FUZZ_MUTANTS", "20"))
+MUTANTS_PER_TASK = int(os.environ.get("TE_FUZZ_MUTANTS", "30"))
 FAILS = ("refused", "crashed", "wrong", "torch-work")
 
 
