@@ -324,7 +324,8 @@ class Evaluator:
     def _replayed_words(self, task: Task, traces: dict | None) -> str:
         """What the replay established, for the pass reason: how many calls, and what ran."""
         if not self.judge(task).replays:
-            return "not replayed: the suite's benchmark calls are checked in the timing, against its kernel"
+            return ("calls not replayed: a script task's benchmark calls are checked in the timing (GPU only), "
+                    "against the suite's kernel")
         n = len(traces.calls) if isinstance(traces, Traces) else len(traces or {})
         what = ("the recorded compiled kernels on engine-allocated buffers" if self.gpu else
                 "the candidate's @triton.jit kernels built from their source alone (its module never "
