@@ -13,8 +13,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fitness.harness import LaunchHook, draw_inputs, to_device  # noqa: E402
+from fitness.kernel_source import kernels_from_source  # noqa: E402
 from fitness.reference import compare_case, compute  # noqa: E402
-from fitness.trace import Recorder, Replayer  # noqa: E402
+from fitness.trace import Recorder, Replayer, ReplayError  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 
 
@@ -22,6 +23,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("path")
     ap.add_argument("--task", default="softmax")
+    ap.add_argument("--small", action="store_true", help="the task's interpreter shapes (fast on CPU)")
     a = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     task = load_suite("builtin")[a.task]
@@ -30,7 +32,7 @@ def main():
     spec = importlib.util.spec_from_file_location("cand", a.path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    case = {"split": "tuning", "shape": dict(task.shapes.tuning[0]), "dtype": task.dtypes[0], "seed": 11}
+    case = {"split": "tuning", "shape": dict(task.shape_set(a.small).tuning[0]), "dtype": task.dtypes[0], "seed": 11}
     for seed in (11, 12):  # the second call is the one traced, as in the evaluator
         args = tuple(to_device(x, dev) for x in draw_inputs(task, {**case, "seed": seed}, seed, dev))
         rec = Recorder(args)
@@ -45,8 +47,13 @@ def main():
     print("buffers:", [(b["from"], b["nbytes"]) for b in trace["buffers"]])
     print("outputs:", trace["outputs"], "problem:", trace["problem"])
     fresh = {**case, "seed": 99}
-    rep = Replayer(trace, dev, mod if dev == "cpu" else None)
-    got = rep.run(tuple(to_device(x, dev) for x in draw_inputs(task, fresh, 99, dev)))
+    try:
+        kernels = kernels_from_source(Path(a.path).read_text(), "cand") if dev == "cpu" else None
+        rep = Replayer(trace, dev, kernels)
+        got = rep.run(tuple(to_device(x, dev) for x in draw_inputs(task, fresh, 99, dev)))
+    except ReplayError as e:
+        print("replay refused:", e)
+        return
     refs, expected = compute(task, fresh, dev)
     print("replay torch work:", rep.torch_elements, rep.torch_ops)
     print("replay vs reference:", compare_case(task, got, refs, expected) or "ok")

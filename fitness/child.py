@@ -40,6 +40,7 @@ from fitness.harness import (
     to_device,
 )
 from fitness.isolation import cap_address_space, outer_pid
+from fitness.kernel_source import kernels_from_source
 from fitness.reference import ReferenceSide
 from fitness.timing import CAL_DRAWS, TimedSide
 from fitness.trace import Recorder, Replayer, ReplayError
@@ -96,7 +97,7 @@ class Child(ScriptSide):
         return self.tasks[key]
 
     def load(self, source: str, role: str = "candidate") -> ModuleType:
-        name = f"{role}_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
+        name = module_name(source, role)
         if name in sys.modules:  # the baseline child's suite code, once: its compiles and autotuning kept
             return sys.modules[name]
         path = os.path.join(self.tmp, name + ".py")
@@ -215,20 +216,22 @@ class Child(ScriptSide):
             ops = ", ".join(f"{k} ({v} elements)" for k, v in sorted(meter.ops.items(), key=lambda kv: -kv[1]))
             raise CandidateError(f"torch did work outside Triton kernels: {ops}")
 
-    # -- replay (a clean child: on a GPU it never imports the candidate) ---------------------
+    # -- replay (a clean child: it never imports the candidate) ------------------------------
     def replay(self, req: dict) -> dict:
         task = self.task(req["task"])
         self.start_device()
-        module = None
-        if self.interpret:  # interpreted kernels are Python: the module is needed to launch them
-            module, failed = self._import(for_here(req["source"]) if task.script is not None else req["source"])
-            if failed:
-                return failed
+        kernels = None
+        if self.interpret:  # interpreted kernels are Python: built from their own source alone
+            source = for_here(req["source"]) if task.script is not None else req["source"]
+            try:
+                kernels = kernels_from_source(source, module_name(source, "candidate"))
+            except ReplayError as e:
+                return {"error": f"replay: {e}"}
         results = []
         for item in req["items"]:
             t0 = time.perf_counter()
             try:
-                replayer = Replayer(item["trace"], self.device, module)
+                replayer = Replayer(item["trace"], self.device, kernels)
                 t0 = self._tick("replay_load", t0)
                 args = tuple(to_device(a, self.device)
                              for a in draw_inputs(task, item["case"], item["case"]["seed"], self.device))
@@ -338,3 +341,8 @@ class Child(ScriptSide):
         if self.device == "cuda":
             return torch.cuda.get_device_name()
         return "cpu (Triton interpreter)" if self.interpret else "cpu"
+
+
+def module_name(source: str, role: str = "candidate") -> str:
+    """The name a child imports `source` under; a trace names its kernels by it (module:qualname)."""
+    return f"{role}_{hashlib.sha256(source.encode()).hexdigest()[:16]}"

@@ -125,3 +125,35 @@ def launch_compiled(kernel: Any, grid: tuple, args: list) -> None:
     device = driver.active.get_current_device()
     stream = driver.active.get_current_stream(device)
     kernel.run(grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
+
+
+def check_launch_args(kernel: Any, args: list) -> None:
+    """A recorded launch's arguments against the kernel's own signature: every pointer an engine
+    buffer (a tensor the replay made from the recorded layout), never a number, so the kernel
+    touches only memory the engine allocated; every scalar a plain number."""
+    try:
+        kinds = [str(k) for k in dict(kernel.src.signature).values()]
+    except (AttributeError, TypeError):
+        raise ReplayError("the recorded kernel has no readable signature") from None
+    if len(args) != len(kinds):
+        raise ReplayError(f"a launch passes {len(args)} arguments to a kernel of {len(kinds)}")
+    for i, (kind, a) in enumerate(zip(kinds, args)):
+        _check_arg(kind, a, i)
+
+
+def _check_arg(kind: str, a: object, i: int) -> None:
+    if kind.startswith("[") and kind.endswith("]"):  # a tuple argument: its parts by their own kinds
+        parts = [k.strip() for k in kind[1:-1].split(",") if k.strip()]
+        if not isinstance(a, list) or len(a) != len(parts):
+            raise ReplayError(f"argument {i} of a launch is not the tuple its kernel takes")
+        for k, v in zip(parts, a):
+            _check_arg(k, v, i)
+    elif kind == "constexpr":
+        if a is not None:
+            raise ReplayError(f"argument {i} of a launch is a constant of the kernel, yet the trace passes a value")
+    elif kind.startswith("*"):
+        if type(a) is not torch.Tensor:
+            raise ReplayError(f"argument {i} of a launch is a pointer ({kind}) and the trace passes "
+                              f"a {type(a).__name__}, not a buffer of the replay")
+    elif type(a) not in (bool, int, float):
+        raise ReplayError(f"argument {i} of a launch is a scalar ({kind}) and the trace passes a {type(a).__name__}")

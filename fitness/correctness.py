@@ -3,9 +3,11 @@ and what the verdict says of them.
 
 The child (fitness.child) imports the candidate and runs each case it is sent, learning a case
 only when it runs it; its outputs are compared here, in the engine, with the oracle the task's
-judge names (fitness.judges). Each call's launch trace comes back too, one per (split, shape,
-dtype), for the replay that decides whether the candidate's own kernels did the work
-(fitness.evaluator).
+judge names (fitness.judges). Each call's launch trace comes back too, for the replay that
+decides whether the candidate's own kernels did the work (fitness.evaluator). Where the judge
+replays, every judged call must come back with a trace that matches it (as many outputs, of the
+shapes and dtypes the call returned): a call without one fails the candidate, and every call's
+trace is replayed (Traces.calls), never only a sample of them.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
+
+import torch
 
 from fitness.pool import CancelCheck, WorkerFailure
 from fitness.verdict import Verdict
@@ -45,6 +49,33 @@ def _collect(v: Verdict, pending: list[tuple[dict, Future]]) -> float:
     return spent
 
 
+class Traces(dict):
+    """The traces by (split, shape, dtype), the last seed's call of each (what the timing times),
+    and `calls`: every judged call's (case, trace) in order, each of which the replay runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[dict, dict]] = []
+
+
+def trace_problem(reply: dict) -> str:
+    """'' or why a call's trace cannot stand for the call: missing, or naming other outputs than
+    the call returned (their count, shapes, dtypes)."""
+    trace, outs = reply.get("trace"), reply.get("outputs")
+    if not isinstance(trace, dict):
+        return "the call came back without a trace of what it launched: it cannot be replayed"
+    recorded = trace.get("outputs")
+    if not isinstance(recorded, list) or not isinstance(outs, list) or len(recorded) != len(outs):
+        return (f"the call's trace records {len(recorded) if isinstance(recorded, list) else 'no'} outputs, "
+                f"the call returned {len(outs) if isinstance(outs, list) else 'none'}")
+    for i, (r, o) in enumerate(zip(recorded, outs)):
+        ref = r.get("__t__") if isinstance(r, dict) else None
+        if not isinstance(ref, dict) or not isinstance(o, torch.Tensor) or ref.get("size") != list(o.shape) \
+                or ref.get("dtype") != str(o.dtype).removeprefix("torch."):
+            return f"the call's trace does not record its output {i} (shape and dtype differ from what it returned)"
+    return ""
+
+
 def trace_key(case: dict) -> tuple:
     """One trace per (split, shape, dtype): the last seed's call (autotuning and compiles done)."""
     return case["split"], repr(sorted(case["shape"].items())), case["dtype"]
@@ -56,7 +87,7 @@ def add_phases(total: dict, more: dict | None) -> None:
 
 
 def run_correctness(ev: Evaluator, task: Task, source: str, v: Verdict, cancel: CancelCheck | None = None,
-                    order: float | None = None) -> dict | None:
+                    order: float | None = None) -> Traces | None:
     """Runs the cases in a fresh child, one request each; the traces of the calls by
     (split, shape, dtype), or None when the candidate failed."""
     spec = ev.task_spec(task)
@@ -65,7 +96,7 @@ def run_correctness(ev: Evaluator, task: Task, source: str, v: Verdict, cancel: 
         return None
     cases, check = planned
     t0 = time.monotonic()
-    traces: dict = {}
+    traces = Traces()
     failed: dict | None = None
     reply: dict = {}
     pending: list[tuple[dict, Future]] = []  # comparisons under way, in the cases' order
@@ -85,8 +116,12 @@ def run_correctness(ev: Evaluator, task: Task, source: str, v: Verdict, cancel: 
                     failed = case
                     break
                 v.stage = "call"
+                if ev.judge(task).replays and trace_problem(reply):  # fail closed: every call is replayed
+                    failed, reply = case, {"error": trace_problem(reply)}
+                    break
                 if reply.get("trace") is not None:
                     traces[trace_key(case)] = (case, reply["trace"])
+                    traces.calls.append((case, reply["trace"]))
                 if case["split"] != "timing":
                     pending.append((case, _CHECKS.submit(_timed_check, check, ev, case, reply)))
                     if len(pending) > 1:  # at most two cases' outputs held: one compared, one coming

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from fitness.compare import compare_where_room
-from fitness.correctness import run_correctness
+from fitness.correctness import Traces, run_correctness
 from fitness.harness import TORCH_WORK_SHARE
 from fitness.judges import Judge, fresh_seed, judge_for
 from fitness.measuring import BASELINE_CHILDREN, MeasuringTurn
@@ -206,6 +206,7 @@ class Evaluator:
             v.baseline, v.flags = self.judge(task).aa_name, v.flags + ["aa-sentinel"]
         if not self.sandbox.isolated:
             v.flags.append("no-sandbox")
+        traces: Traces | None = None
         gate = check_source(source, task.entry, self.judge(task).allowance())
         if not gate.ok:
             v.reason = f"static gate: {gate.reason}"
@@ -228,8 +229,8 @@ class Evaluator:
                 v.timing = "not timed: asked not to (--no-time)"
         if v.passed and not v.reason:
             v.reason = (f"passed {len(v.cases)} correctness cases "
-                        f"({sum(c['split'] == 'heldout' for c in v.cases)} held-out), each call replayed alone on "
-                        f"fresh inputs")
+                        f"({sum(c['split'] == 'heldout' for c in v.cases)} held-out); "
+                        + self._replayed_words(task, traces))
             if v.timing.startswith("not timed"):
                 v.reason += "; " + v.timing
         v.elapsed_s = round(time.monotonic() - t0, 3)
@@ -283,7 +284,8 @@ class Evaluator:
         a new seed, and compared with the engine's reference: the candidate's own kernels did the
         work, or it fails. Script tasks' benchmark calls are checked in the timing instead (their
         reference is the suite's kernel)."""
-        items = [{"case": {**case, "seed": fresh_seed()}, "trace": trace} for case, trace in traces.values()
+        calls = traces.calls if isinstance(traces, Traces) else list(traces.values())
+        items = [{"case": {**case, "seed": fresh_seed()}, "trace": trace} for case, trace in calls
                  if self.judge(task).replays]
         if not items:
             return traces
@@ -304,7 +306,11 @@ class Evaluator:
         v.phases["replay_child_ms"] = dict(reply.get("phase_ms") or {})
         if reply.get("error"):
             return self._fail(v, f"replay: {reply['error']}")
-        for k, (item, res) in enumerate(zip(items, reply.get("results", []))):
+        results = reply.get("results")
+        if not isinstance(results, list) or len(results) != len(items):  # fail closed: every call replayed
+            return self._fail(v, f"replay: {len(items)} recorded calls sent, the replaying child answered "
+                                 f"{len(results) if isinstance(results, list) else 'none'} of them")
+        for k, (item, res) in enumerate(zip(items, results)):
             case = item["case"]
             if k + REFERENCES_AHEAD < len(items):
                 self.prefetch_reference(task, items[k + REFERENCES_AHEAD]["case"])
@@ -322,6 +328,18 @@ class Evaluator:
                                      f"gave a wrong result: {problem}; work done outside the candidate's Triton "
                                      f"kernels (torch, numpy, Python, an answer prepared earlier) does not count")
         return traces
+
+    def _replayed_words(self, task: Task, traces: dict | None) -> str:
+        """What the replay established, for the pass reason: how many calls, and what ran."""
+        if not self.judge(task).replays:
+            return ("calls not replayed: a script task's benchmark calls are checked in the timing (GPU only), "
+                    "against the suite's kernel")
+        n = len(traces.calls) if isinstance(traces, Traces) else len(traces or {})
+        what = ("the recorded compiled kernels on engine-allocated buffers" if self.gpu else
+                "the candidate's @triton.jit kernels built from their source alone (its module never "
+                "imported), under the Triton interpreter")
+        return (f"each of the {n} calls replayed alone on fresh inputs: {what}, plus only the engine's "
+                f"own tensor primitives")
 
     @staticmethod
     def _fail(v: Verdict, reason: str) -> None:

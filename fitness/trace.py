@@ -11,24 +11,29 @@ saw. Whatever the candidate computed outside it (torch work hidden from the reco
 so the replayed outputs are wrong and the engine rejects it. Torch work is counted on the
 replay, where the candidate cannot forge the count, and the replay is also what gets timed.
 
-On a GPU the replay loads the recorded compiled kernels (binaries and Triton's metadata) and
-never imports the candidate module. Under the Triton interpreter (CPU) a kernel is Python, so
-the replay imports the module and launches the recorded kernel functions directly, bypassing its
-wrappers, heuristics and autotuner: a stronger filter there, not a wall.
+The replay runs only what the engine can name. On a GPU: the recorded compiled kernels (binaries
+and Triton's metadata), whose pointer arguments must be buffers the replay allocated from the
+recorded layout. Under the Triton interpreter (CPU), where a kernel is Python: the kernels the
+engine builds from the candidate's source alone (fitness.kernel_source); the module itself is
+never imported. Around them, a recorded torch op runs only as one of the engine's own primitives
+(fitness.primitives, a closed table: nothing is looked up in torch by the trace's strings), and
+whether it is work is decided by what it did to memory. A trace the replayer cannot read, an op
+outside the table, an output no recorded step wrote: each fails the candidate (check_trace).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
-from types import ModuleType
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fitness.compiled import ReplayError as ReplayError  # re-exported: where a replay's failure was named
-from fitness.compiled import describe_compiled, launch_compiled, load_compiled
+from fitness.compiled import check_launch_args, describe_compiled, launch_compiled, load_compiled
+from fitness.primitives import COPY, DTYPES, ENUMS, FILL, PRIMITIVES, READ, VIEW, Device, Prim, check_args
 
-# aten ops that allocate, fill or re-view memory: free to use around a kernel launch
+# aten ops that allocate, fill or re-view memory, by name: free for the in-process meter only
+# (fitness.harness, a filter); the replay decides work by what a step did to memory
 FREE_OPS = {
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
     "new_zeros", "zero_", "fill_", "full", "full_like", "new_full", "ones", "ones_like", "new_ones",
@@ -41,13 +46,6 @@ FREE_OPS = {
 # a copy of memory the recorder did not see produced: beyond this it is refused (it is how a
 # precomputed answer would travel, and a kernel needs no such thing)
 MAX_SNAPSHOT_BYTES = 1 << 30
-
-
-def _dtype(name: str) -> torch.dtype:
-    dt = getattr(torch, name, None)
-    if not isinstance(dt, torch.dtype):
-        raise ReplayError(f"unknown dtype {name!r} in trace")
-    return dt
 
 
 class Recorder(TorchDispatchMode):
@@ -167,28 +165,74 @@ class Recorder(TorchDispatchMode):
 
 
 # -------------------------------------------------------------------------------------------
-class Replayer:
-    """Runs a trace again on given inputs, in a clean process; `count` is the torch work done."""
+_SOURCES = ("input", "op", "snapshot")
 
-    def __init__(self, trace: dict, device: str, module: ModuleType | None = None):
+
+def check_trace(trace: object) -> None:
+    """The trace's shape, before anything of it runs: every field of the kind the replay reads,
+    every buffer named by a known origin, every output a buffer the call itself made. A ReplayError
+    says what could not be read (a trace the replayer cannot interpret fails the candidate)."""
+    if not isinstance(trace, dict):
+        raise ReplayError("the call's trace is not a record")
+    if trace.get("problem"):
+        raise ReplayError(str(trace["problem"]))
+    kinds = {"events": list, "buffers": list, "outputs": list, "kernels": dict, "snapshots": dict}
+    for key, kind in kinds.items():
+        if not isinstance(trace.get(key), kind):
+            raise ReplayError(f"the trace's {key} cannot be read")
+    buffers = trace["buffers"]
+    for b in buffers:
+        if not isinstance(b, dict) or b.get("from") not in _SOURCES or type(b.get("nbytes")) is not int \
+                or b["nbytes"] < 0 or (b["from"] == "input" and type(b.get("index")) is not int):
+            raise ReplayError("a buffer of the trace cannot be read")
+    for k, snap in trace["snapshots"].items():
+        bid = int(k) if isinstance(k, str) and k.isdigit() else -1
+        if not 0 <= bid < len(buffers) or buffers[bid]["from"] != "snapshot" or type(snap) is not torch.Tensor \
+                or snap.dtype != torch.uint8 or snap.dim() != 1 or snap.numel() != buffers[bid]["nbytes"]:
+            raise ReplayError("a snapshot of the trace does not match its buffer")
+    if any(b["from"] == "snapshot" and str(i) not in trace["snapshots"] for i, b in enumerate(buffers)):
+        raise ReplayError("a buffer copied from outside the call has no recorded contents")
+    for ev in trace["events"]:
+        if not isinstance(ev, dict) or ev.get("kind") not in ("op", "launch") or not isinstance(ev.get("args"), list):
+            raise ReplayError("an event of the trace cannot be read")
+    for i, out in enumerate(trace["outputs"]):
+        if not isinstance(out, dict) or not isinstance(out.get("__t__"), dict):
+            raise ReplayError(f"output {i} of the trace is not a recorded tensor")
+        bid = out["__t__"].get("t")
+        if type(bid) is not int or not 0 <= bid < len(buffers):
+            raise ReplayError(f"output {i} of the trace names no buffer of it")
+        if buffers[bid]["from"] != "op":
+            where = "an input of the call" if buffers[bid]["from"] == "input" else \
+                "memory that appeared from outside the recorded call"
+            raise ReplayError(f"output {i} of the trace is {where}, not memory the call made")
+
+
+class Replayer:
+    """Runs a trace again on given inputs, in a clean process; `torch_elements` is the torch work
+    done. It runs only what the engine can name: the recorded compiled kernels (on a GPU), the
+    kernels built from the candidate's source alone (`kernels`, under the interpreter:
+    fitness.kernel_source), and the engine's own primitives (fitness.primitives)."""
+
+    def __init__(self, trace: dict, device: str, kernels: dict[str, Any] | None = None):
+        check_trace(trace)
         self.trace = trace
         self.device = device
-        self.module = module  # interpreter only: where the recorded kernel functions live
+        self.interpreted = kernels is not None
         self.torch_elements = 0
         self.torch_ops: dict[str, int] = {}
-        self.snapshots = {int(k): v.to(device) for k, v in trace.get("snapshots", {}).items()}
-        # under the interpreter the kernels are the module's functions; on a GPU, the recorded binaries
-        self.kernels = {} if module is not None else \
-            {k: load_compiled(d) for k, d in trace.get("kernels", {}).items()}
-        if trace.get("problem"):
-            raise ReplayError(trace["problem"])
+        self.snapshots = {int(k): v.to(device) for k, v in trace["snapshots"].items()}
+        # under the interpreter the kernels the engine built from the source; on a GPU, the recorded binaries
+        self.kernels = kernels if kernels is not None else \
+            {k: load_compiled(d) for k, d in trace["kernels"].items() if isinstance(k, str)}
 
     def run(self, inputs: tuple) -> list[torch.Tensor]:
         self.torch_elements = 0
+        self.torch_ops = {}
         bufs: dict[int, torch.UntypedStorage] = {}
+        self.written: set[int] = set()  # buffers a launch or a writing step touched
         for bid, b in enumerate(self.trace["buffers"]):
             if b["from"] == "input":
-                a = inputs[b["index"]]
+                a = inputs[b["index"]] if 0 <= b["index"] < len(inputs) else None
                 if not isinstance(a, torch.Tensor) or a.untyped_storage().nbytes() != b["nbytes"]:
                     raise ReplayError(f"input {b['index']} does not have the recorded layout")
                 bufs[bid] = a.untyped_storage()
@@ -199,81 +243,161 @@ class Replayer:
                 self._op(ev, bufs)
             else:
                 self._launch(ev, bufs)
-        return [self._decode(o, bufs) for o in self.trace["outputs"]]
+        outs = [self._decode(o, bufs) for o in self.trace["outputs"]]
+        for i, o in enumerate(self.trace["outputs"]):
+            if o["__t__"]["t"] not in self.written:
+                raise ReplayError(f"output {i} is memory that no recorded kernel or step wrote")
+        return outs
 
-    def _decode(self, x, bufs):
+    def _decode(self, x: Any, bufs: dict, kw: bool = False) -> Any:
         if isinstance(x, list):
             return [self._decode(v, bufs) for v in x]
         if isinstance(x, dict):
-            if "__t__" in x:
-                return self._tensor(x["__t__"], bufs)
-            if "__tw__" in x:  # a compiled kernel's binary already reads it as its dtype: the pointer is all
-                t = self._tensor(x["__tw__"], bufs)
-                return t if self.module is None else _reinterpret(t, x["__tw__"]["as"])
-            if "__d__" in x:
-                return {k: self._decode(v, bufs) for k, v in x["__d__"].items()}
-            if "__dtype__" in x:
-                return _dtype(x["__dtype__"])
-            if "__device__" in x:
-                return torch.device(self.device)
-            if "__enum__" in x:
-                return getattr(torch, x["__enum__"])
-            raise ReplayError("unknown object in trace")
-        return x
+            if len(x) != 1:
+                raise ReplayError("an unreadable object in the trace")
+            (tag, v), = x.items()
+            if tag == "__t__":
+                return self._tensor(v, bufs)
+            if tag == "__tw__":  # a compiled kernel's binary already reads it as its dtype: the pointer is all
+                t = self._tensor(v, bufs)
+                return t if not self.interpreted else _reinterpret(t, v.get("as"))
+            if tag == "__d__" and kw and isinstance(v, dict):
+                return {str(k): self._decode(a, bufs) for k, a in v.items()}
+            if tag == "__dtype__" and v in DTYPES:
+                return DTYPES[v]
+            if tag == "__device__":
+                return Device()
+            if tag == "__enum__" and v in ENUMS:
+                return ENUMS[v]
+            raise ReplayError(f"an object the replay does not know in the trace ({str(tag)[:40]})")
+        if x is None or type(x) in (bool, int, float, str):
+            return x
+        raise ReplayError("an unreadable value in the trace")
 
-    def _tensor(self, r: dict, bufs) -> torch.Tensor:
+    def _tensor(self, r: Any, bufs: dict) -> torch.Tensor:
+        if not isinstance(r, dict) or type(r.get("t")) is not int or type(r.get("off")) is not int \
+                or not _ints(r.get("size")) or not _ints(r.get("stride")) or r.get("dtype") not in DTYPES:
+            raise ReplayError("an unreadable tensor in the trace")
         if r["t"] not in bufs:
-            raise ReplayError(f"buffer {r['t']} used before the op that makes it")
-        t = torch.empty(0, dtype=_dtype(r["dtype"]), device=self.device)
+            raise ReplayError(f"buffer {r['t']} used before the step that makes it")
+        t = torch.empty(0, dtype=DTYPES[r["dtype"]], device=self.device)
         try:
             return t.set_(bufs[r["t"]], r["off"], r["size"], r["stride"])
-        except RuntimeError as e:
+        except (RuntimeError, ValueError, TypeError, OverflowError) as e:
             raise ReplayError(f"a recorded view does not fit its buffer: {e}") from None
 
-    def _op(self, ev: dict, bufs):
-        try:
-            packet = getattr(getattr(torch.ops, ev["ns"]), ev["name"])
-            op = getattr(packet, ev["overload"] or "default")
-        except (AttributeError, RuntimeError):
-            raise ReplayError(f"unknown op {ev['ns']}::{ev['name']}.{ev['overload']}") from None
+    def _op(self, ev: dict, bufs: dict) -> None:
+        """One recorded torch op, by the engine's own primitive of that key (never a lookup in torch)."""
+        key = f"{ev.get('name')}.{ev.get('overload') or 'default'}"
+        prim = PRIMITIVES.get(key) if ev.get("ns") == "aten" else None
+        if prim is None:
+            raise ReplayError(f"torch did work outside Triton kernels that the replay cannot verify: the trace "
+                              f"holds {str(ev.get('ns'))[:40]}::{key[:80]}, not one of the engine's primitives "
+                              "(views, allocation, fills, copies, elementwise basics)")
         args = self._decode(ev["args"], bufs)
-        kwargs = self._decode(ev["kwargs"], bufs) or {}
-        out = op(*args, **kwargs)
-        self._bind(ev["out"], out, bufs, ev["name"])
-        if ev["name"] not in FREE_OPS:
+        kwargs = self._decode(ev.get("kwargs") or {"__d__": {}}, bufs, kw=True)
+        if not isinstance(kwargs, dict):
+            raise ReplayError(f"{key}: unreadable keywords in the trace")
+        check_args(key, prim, args, kwargs)
+        sources = {a.untyped_storage().data_ptr() for a in _flat(args) if isinstance(a, torch.Tensor)}
+        try:
+            out = prim.impl(self.device, *args, **kwargs)
+        except (RuntimeError, ValueError, TypeError, IndexError, OverflowError) as e:
+            raise ReplayError(f"{key} failed on the recorded arguments: {str(e)[:200]}") from None
+        if prim.effect == READ:  # a number for the host: the trace's later steps carry their own values
+            if type(ev.get("out")) not in (bool, int, float) or args[0].numel() != 1:
+                raise ReplayError(f"{key} did not read the one-element tensor the trace recorded")
+            return
+        made = self._bind(ev.get("out"), out, bufs, key)
+        self._account(key, prim, args, out, made, sources)
+
+    def _account(self, key: str, prim: Prim, args: list, out: Any, made: list[int], sources: set[int]) -> None:
+        """Work by what the step did to memory: a view whose result left its source's storage is
+        a copy; a copy or arithmetic counts the elements it read or wrote."""
+        results = [o for o in _flat(out) if isinstance(o, torch.Tensor)]
+        copied = prim.effect == COPY or (prim.effect == VIEW and any(
+            o.untyped_storage().data_ptr() not in sources for o in results))
+        if prim.effect in (FILL, COPY) or copied:
+            self.written.update(made)
+        if copied:
             from fitness.harness import work_elements
 
-            n = work_elements((list(args), list(kwargs.values())), out)
+            n = work_elements(args, out)
             self.torch_elements += n
-            self.torch_ops[ev["name"]] = self.torch_ops.get(ev["name"], 0) + n
+            self.torch_ops[key] = self.torch_ops.get(key, 0) + n
 
-    def _bind(self, declared, actual, bufs, name):
-        if isinstance(declared, dict) and "__t__" in declared:
-            r = declared["__t__"]
-            if not isinstance(actual, torch.Tensor):
-                raise ReplayError(f"{name} did not return the recorded tensor")
-            if list(actual.shape) != r["size"] or str(actual.dtype).removeprefix("torch.") != r["dtype"]:
-                raise ReplayError(f"{name} returned {tuple(actual.shape)} {actual.dtype}, recorded "
-                                  f"{tuple(r['size'])} {r['dtype']}")
-            bufs.setdefault(r["t"], actual.untyped_storage())
-        elif isinstance(declared, list) and isinstance(actual, (list, tuple)) and len(declared) == len(actual):
-            for d, a in zip(declared, actual):
-                self._bind(d, a, bufs, name)
-
-    def _launch(self, ev: dict, bufs):
-        args = self._decode(ev["args"], bufs)
-        grid = tuple(ev["grid"]) + (1,) * (3 - len(ev["grid"]))
-        if any(g < 0 or g > 2**31 for g in grid):
-            raise ReplayError("recorded grid out of range")
-        if self.module is None:
-            kernel = self.kernels.get(ev["kernel"])
-            if kernel is None:
-                raise ReplayError("a launch names a kernel the trace does not carry")
-            launch_compiled(kernel, grid, args)
+    def _bind(self, declared: Any, actual: Any, bufs: dict, key: str) -> list[int]:
+        """The step's results against what the trace says it returned, buffer by buffer; the
+        buffers bound (a new one only where the trace names a buffer the call made)."""
+        if isinstance(declared, list) and isinstance(actual, (list, tuple)) and len(declared) == len(actual):
+            return [b for d, a in zip(declared, actual) for b in self._bind(d, a, bufs, key)]
+        if not (isinstance(declared, dict) and isinstance(declared.get("__t__"), dict)
+                and type(actual) is torch.Tensor):
+            raise ReplayError(f"{key} did not return what the trace recorded")
+        r = declared["__t__"]
+        got = {"size": list(actual.shape), "stride": list(actual.stride()), "off": actual.storage_offset(),
+               "dtype": str(actual.dtype).removeprefix("torch.")}
+        if any(r.get(k) != v for k, v in got.items()):
+            raise ReplayError(f"{key} returned {tuple(actual.shape)} {actual.dtype} at stride "
+                              f"{tuple(actual.stride())}, not the recorded tensor")
+        bid, storage = r.get("t"), actual.untyped_storage()
+        buffers = self.trace["buffers"]
+        if type(bid) is not int or not 0 <= bid < len(buffers):
+            raise ReplayError(f"{key} returned a buffer the trace does not list")
+        if bid in bufs:
+            if bufs[bid].data_ptr() != storage.data_ptr():
+                raise ReplayError(f"{key} returned memory other than the recorded buffer {bid}")
+        elif buffers[bid]["from"] != "op" or buffers[bid]["nbytes"] != storage.nbytes() or \
+                any(s.data_ptr() == storage.data_ptr() for s in bufs.values()):
+            raise ReplayError(f"{key} returned memory that does not match the recorded new buffer {bid}")
         else:
-            fn = interpreted_kernel(self.module, ev["kernel"])
-            kwargs = self._decode(ev.get("kwargs"), bufs) or {}
-            fn.run(*args, grid=grid, warmup=False, **kwargs)
+            bufs[bid] = storage
+        return [bid]
+
+    def _launch(self, ev: dict, bufs: dict) -> None:
+        args = self._decode(ev["args"], bufs)
+        recorded, name = ev.get("grid"), ev.get("kernel")
+        if not isinstance(recorded, list) or not _ints(recorded) or not 1 <= len(recorded) <= 3 \
+                or any(g < 0 or g > 2**31 for g in recorded):
+            raise ReplayError("recorded grid out of range")
+        grid = tuple(recorded) + (1,) * (3 - len(recorded))
+        kernel = self.kernels.get(name) if isinstance(name, str) else None
+        if kernel is None:
+            raise ReplayError(f"a launch names a kernel the replay does not have: {str(ev.get('kernel'))[:120]}")
+        self.written.update(r["t"] for r in _tensor_refs(ev["args"]))
+        if self.interpreted:
+            kwargs = self._decode(ev.get("kwargs") or {"__d__": {}}, bufs, kw=True)
+            if not isinstance(kwargs, dict):
+                raise ReplayError("a launch's keywords cannot be read")
+            self.written.update(r["t"] for r in _tensor_refs(ev.get("kwargs")))
+            kernel.run(*args, grid=grid, warmup=False, **kwargs)
+        else:
+            check_launch_args(kernel, args)
+            launch_compiled(kernel, grid, args)
+
+
+def _ints(v: object) -> bool:
+    return isinstance(v, list) and all(type(i) is int for i in v)
+
+
+def _flat(x: Any) -> list:
+    if isinstance(x, (list, tuple)):
+        return [y for v in x for y in _flat(v)]
+    if isinstance(x, dict):
+        return [y for v in x.values() for y in _flat(v)]
+    return [x]
+
+
+def _tensor_refs(x: Any) -> list[dict]:
+    """Every tensor a recorded argument names (a launch may write any of them)."""
+    if isinstance(x, list):
+        return [r for v in x for r in _tensor_refs(v)]
+    if isinstance(x, dict):
+        for tag in ("__t__", "__tw__"):
+            if tag in x and isinstance(x[tag], dict):
+                return [x[tag]]
+        return [r for v in x.values() for r in _tensor_refs(v)]
+    return []
 
 
 def _reinterpreted(x: object) -> bool:
@@ -291,21 +415,3 @@ def _reinterpret(t: torch.Tensor, name: object) -> Any:
     if name not in names:
         raise ReplayError(f"a reinterpreted tensor of unknown Triton dtype {name!r} in trace")
     return triton.reinterpret(t, tl.dtype(name))
-
-
-def interpreted_kernel(module: ModuleType, key: str) -> Any:
-    """The module's @triton.jit function recorded as 'module:qualname', under any wrappers."""
-    mod, _, qualname = key.partition(":")
-    if mod != module.__name__:
-        raise ReplayError(f"a launch of {key}, not a kernel of the candidate module")
-    for value in list(vars(module).values()):
-        fn = value
-        for _ in range(8):  # Autotuner / Heuristics wrap the jit function as .fn
-            inner = getattr(fn, "fn", None)
-            if getattr(inner, "__qualname__", None) == qualname and getattr(inner, "__module__", None) == mod:
-                if hasattr(fn, "run") and type(fn).__name__ in ("InterpretedFunction", "JITFunction"):
-                    return fn
-            if inner is None or inner is fn:
-                break
-            fn = inner
-    raise ReplayError(f"the recorded kernel {qualname} is not a kernel of the module")
