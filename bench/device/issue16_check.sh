@@ -10,6 +10,7 @@
 #   v3tests   issue 39: every test of the fail-closed exploit set (tests/test_exploits_v3_*.py) and
 #             the timing tests, on the GPU
 #   builtin_before, tbbench_before  the two benches in .before/ (`git archive BASE`, carried)
+# V3_TESTS, BUILTIN_ARGS (default --rounds 3 --no-aa), V3_S, BUILTIN_S: what those steps run, and their limits
 # DEADLINE (default 540 s) bounds the whole script: a device call that overruns returns nothing,
 # so each step gets at most what is left less 15 s. Output under $OUT as it comes.
 cd "$(dirname "$0")/../.."
@@ -38,12 +39,13 @@ for s in "${STEP_LIST[@]}"; do
         --workers 8 --mem-limit 24 --time-limit ${SEARCH_S:-280} --archive /tmp/tb.db
       python bench/turn_phases.py /tmp/tb.db > $OUT/turn.txt 2>&1 ;;
     v3tests)
-      step v3tests ${V3_S:-300} python -m pytest -q -p no:cacheprovider -rs tests/test_exploits_v3_*.py \
-        tests/test_timing.py tests/test_timing_v3.py ;;
-    builtin_before) (cd .before && step builtin_before 200 python bench/evaluator_bench.py --workers 8 --rounds 3 --no-aa) ;;
+      step v3tests ${V3_S:-300} python -m pytest -q -p no:cacheprovider -rfs \
+        ${V3_TESTS:-tests/test_exploits_v3_*.py tests/test_timing.py tests/test_timing_v3.py} ;;
+    builtin_before) (cd .before && step builtin_before ${BUILTIN_S:-200} python bench/evaluator_bench.py --workers 8 \
+      ${BUILTIN_ARGS:---rounds 3 --no-aa}) ;;
     tbbench_before) (cd .before && TRITON_EVOLVE_DATA=$PWD/../.suites step tbbench_before 300 python bench/evaluator_bench.py \
       --suite tritonbench --tasks $T12 --workers 8 --rounds 3) ;;
-    builtin) step builtin 200 python bench/evaluator_bench.py --workers 8 --rounds 3 --no-aa ;;
+    builtin) step builtin ${BUILTIN_S:-200} python bench/evaluator_bench.py --workers 8 ${BUILTIN_ARGS:---rounds 3 --no-aa} ;;
     tbbench) step tbbench 300 python bench/evaluator_bench.py --suite tritonbench --tasks $T12 --workers 8 --rounds 3 ;;
     validate)
       step validate 200 python run.py validate --suite tritonbench --workers 8 --mem-limit 24 --timeout 100 \
