@@ -54,10 +54,6 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-class SealFailed(Exception):
-    """A candidate's child could not be sealed; it must not run the candidate."""
-
-
 def _locked_flags(path: str) -> int:
     """The flags a more privileged namespace locked on the mount at `path` (bubblewrap mounts its
     /tmp nosuid,nodev: a remount that drops them is refused)."""
@@ -93,21 +89,21 @@ def writable_mounts() -> list[str]:
     return sorted(found, key=len)
 
 
-def seal() -> None:
+def seal() -> list[str]:
     """Every writable mount read-only (a candidate child: nothing it writes outside its private
-    tmpfs can be read by a clean process, or by the next candidate). Raises SealFailed where one
-    cannot be: the child then fails closed, past confine's fallback."""
+    tmpfs can be read by a clean process, or by the next candidate); the mounts left writable.
+    Those are named in the child's description (every verdict carries it), not fatal: on the H100
+    machine every candidate's child died at its start when one mount could not be sealed, and
+    there bubblewrap had already bound the host's filesystem read-only."""
     for point in writable_mounts():
         try:
             _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _locked_flags(point))
-        except OSError as e:
-            raise SealFailed(f"could not make {point} read-only for the candidate ({e})") from None
-    left = writable_mounts()
-    if left:
-        raise SealFailed(f"mounts still writable after sealing: {', '.join(left[:5])}")
+        except OSError:
+            pass  # named below, with whatever else is still writable
+    return writable_mounts()
 
 
-def enter_namespaces(read_only: tuple[str, ...], sealed: bool = False) -> str:
+def enter_namespaces(read_only: tuple[str, ...], sealed: bool = False) -> tuple[str, list[str]]:
     """New user, mount and IPC namespaces, a private tmpfs and a private /dev/shm, `read_only`
     remounted read-only (with `sealed`: every other writable mount as well). Raises OSError when
     the kernel refuses. No PID namespace: CUDA fails to start in one (error 304, seen on the H100
@@ -122,12 +118,11 @@ def enter_namespaces(read_only: tuple[str, ...], sealed: bool = False) -> str:
     for path in read_only:
         if os.path.isdir(path):
             _remount_read_only(path)
-    if sealed:
-        seal()
+    unsealed = seal() if sealed else []
     _mount("tmpfs", PRIVATE_MOUNT, "tmpfs", 0, "size=2g,mode=700")
     if os.path.isdir(SHM):  # after the seal: this one stays writable, and is this child's alone
         _mount("tmpfs", SHM, "tmpfs", 2 | 4, f"size={SHM_SIZE},mode=1777")  # nosuid, nodev
-    return PRIVATE_MOUNT
+    return PRIVATE_MOUNT, unsealed
 
 
 def set_limits(clean: bool = False) -> None:
@@ -189,9 +184,11 @@ def confine(read_only: tuple[str, ...], keep_cache: bool = False) -> str:
     try:
         if os.environ.get(NO_NAMESPACES) == "1":
             raise OSError(0, f"{NO_NAMESPACES}=1 in the engine's environment")
-        root = enter_namespaces(read_only, sealed=not keep_cache)
-        how = ("own user, mount and IPC namespaces; private tmpfs and /dev/shm; "
-               + ("shared folders read-only" if keep_cache else "every other mount read-only"))
+        root, unsealed = enter_namespaces(read_only, sealed=not keep_cache)
+        sealed = "every other mount read-only" + (
+            f" but {', '.join(unsealed[:4])} (could not be remounted)" if unsealed else "")
+        how = "own user, mount and IPC namespaces; private tmpfs and /dev/shm; " + \
+            ("shared folders read-only" if keep_cache else sealed)
     except OSError as e:
         root = tempfile.mkdtemp(prefix="te-child-")
         how = (f"a private folder only (namespaces refused: {e}); /dev/shm and /tmp its sandbox's: "
