@@ -182,7 +182,7 @@ class Child(ScriptSide):
         if task.inplace:  # the updated inputs are the outputs, whatever the entry returned
             outs = [args[i] for i in task.inplace]
         try:
-            self._check_call(task, module, args, saved, outs, threads, before, meter)
+            self._check_call(task, module, (args, saved), outs, (threads, before), meter)
             trace = recorder.trace(outs)
             t0 = time.perf_counter()
             host = [o.to("cpu", copy=True) for o in outs]  # a copy: the originals get poisoned
@@ -191,10 +191,13 @@ class Child(ScriptSide):
         finally:
             poison(outs, args, saved)
 
-    def _check_call(self, task: Task, module: ModuleType, args: tuple, saved: list, outs: list, threads: int,
-                    launches_before: int, meter: TorchWorkMeter) -> None:
+    def _check_call(self, task: Task, module: ModuleType, inputs: tuple[tuple, list], outs: list,
+                    counts_before: tuple[int, int], meter: TorchWorkMeter) -> None:
         """Early filters for honest mistakes (the candidate can defeat any of them; the replay
-        and the engine's comparison are what decide)."""
+        and the engine's comparison are what decide). inputs: the call's arguments and their
+        saved copies; counts_before: the Python threads and the module's launches before it."""
+        args, saved = inputs
+        threads, launches_before = counts_before
         self._check_tamper()
         for i, o in enumerate(outs):
             if type(o) is not torch.Tensor:

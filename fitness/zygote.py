@@ -110,9 +110,9 @@ def _warm_triton() -> None:
         pass
 
 
-def main() -> None:
-    ctl = socket.socket(fileno=int(sys.argv[1]))
-    os.dup2(2, 1)  # nothing printed here may reach a channel
+def _load_shared() -> tuple:
+    """Imports torch, Triton and the suites once and installs the launch hook, for every child
+    to share; the state each child's Child is built from."""
     import torch  # noqa: F401 - imported once here, shared by every child
     import torch._dynamo  # noqa: F401 - on import it re-wraps torch functions (manual_seed, ...)
     import triton  # noqa: F401
@@ -127,9 +127,11 @@ def main() -> None:
     hook.install()
     state = (hook, Snapshot(hook))
     os.makedirs(PRIVATE_MOUNT, exist_ok=True)
-    clean = os.environ.get("TE_CLEAN") == "1"  # its children may write the clean Triton cache
-    caches = () if clean else (os.environ.get("TRITON_CACHE_DIR", ""), os.environ.get("TE_SHARED_TRITON_CACHE", ""))
-    read_only = tuple(p for p in ("/tmp", *caches) if p)
+    return state
+
+
+def _become_reaper() -> Pinned:
+    """Children reaped by the kernel, this process a subreaper; this process, pinned."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     # a subreaper too: a process whose child's reaper was killed (no user namespace marks it
     # then) lands here, and is killed before the next child is forked
@@ -140,6 +142,19 @@ def main() -> None:
 
     me = pin(os.getpid())
     assert me is not None
+    return me
+
+
+def main() -> None:
+    ctl = socket.socket(fileno=int(sys.argv[1]))
+    os.dup2(2, 1)  # nothing printed here may reach a channel
+    state = _load_shared()
+    clean = os.environ.get("TE_CLEAN") == "1"  # its children may write the clean Triton cache
+    caches = () if clean else (os.environ.get("TRITON_CACHE_DIR", ""), os.environ.get("TE_SHARED_TRITON_CACHE", ""))
+    read_only = tuple(p for p in ("/tmp", *caches) if p)
+    me = _become_reaper()
+    from fitness.reaper import pin
+
     forked: list[Pinned] = []
     ctl.send(json.dumps({"op": "ready", "pid": os.getpid()}).encode())
     while True:
