@@ -132,6 +132,13 @@ def run_correctness(ev: Evaluator, task: Task, source: str, v: Verdict, cancel: 
         v.flags.append("worker-replaced")
         return None
     v.phases.update(worker_s=round(held, 3), reference_compare_s=round(_collect(v, pending), 3))
+    _note_error(v, reply, failed)
+    return traces if judge_cases(v, cases, failed) else None
+
+
+def _note_error(v: Verdict, reply: dict, failed: dict | None) -> None:
+    """The child's error, if its last reply carried one, into the verdict: the failed case,
+    the reason, the stage it reached and whether the child was replaced."""
     if reply.get("error"):
         v.cases.append({**(failed or {}), "ok": False, "error": reply["error"]})
         v.reason = reply["error"] if not failed else \
@@ -139,7 +146,6 @@ def run_correctness(ev: Evaluator, task: Task, source: str, v: Verdict, cancel: 
         if reply.get("fatal"):
             v.flags.append("worker-replaced")
         v.stage = reply.get("stage", "parse")
-    return traces if judge_cases(v, cases, failed) else None
 
 
 def judge_cases(v: Verdict, cases: list[dict], failed: dict | None) -> bool:

@@ -30,12 +30,14 @@ import torch
 
 from fitness.compare import compare_where_room
 from fitness.correctness import Traces, run_correctness
-from fitness.harness import TORCH_WORK_SHARE
-from fitness.judges import Judge, fresh_seed, judge_for
+from fitness.judges import Judge, judge_for
 from fitness.measuring import BASELINE_CHILDREN, MeasuringTurn
 from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
 from fitness.reference import ReferenceCache, compare_case, with_variant
 from fitness.reference_service import REFERENCE_CHILDREN, ReferenceService
+from fitness.replay import REFERENCES_AHEAD as REFERENCES_AHEAD
+from fitness.replay import inplace_problem as inplace_problem
+from fitness.replay import replay
 from fitness.sandbox import detect
 from fitness.script_eval import ScriptReferences
 from fitness.static_gate import check_source
@@ -48,9 +50,6 @@ from suites.task import Task, failure_line
 TIMING_CHILDREN = 3
 # per pool at least, else a third of its slots; each holds a CUDA context (~0.5 GiB of GPU memory)
 SPARE_CHILDREN = 2
-# a replay's references computed while its child runs, this many ahead of the comparisons (each up
-# to 64 MiB in float64 on builtin; fitness.reference.DEVICE_BYTES bounds what the cache holds)
-REFERENCES_AHEAD = 3
 
 
 def slots_per_unit(workers: int) -> int:
@@ -284,50 +283,7 @@ class Evaluator:
         a new seed, and compared with the engine's reference: the candidate's own kernels did the
         work, or it fails. Script tasks' benchmark calls are checked in the timing instead (their
         reference is the suite's kernel)."""
-        calls = traces.calls if isinstance(traces, Traces) else list(traces.values())
-        items = [{"case": {**case, "seed": fresh_seed()}, "trace": trace} for case, trace in calls
-                 if self.judge(task).replays]
-        if not items:
-            return traces
-        problem = next((p for p in (inplace_problem(task, item["trace"]) for item in items) if p), "")
-        if problem:
-            return self._fail(v, f"replay: {problem}")
-        for item in items[:REFERENCES_AHEAD]:
-            self.prefetch_reference(task, item["case"])
-        req = {"op": "replay", "task": self.task_spec(task), "items": items,
-               "source": source if self.interpret else None}
-        t0 = time.monotonic()
-        try:
-            reply = clean.request(req, 2 * self.config.timeout_s) if clean is not None else \
-                self.pool.request(req, 2 * self.config.timeout_s, cancel)
-        except WorkerFailure as e:
-            return self._fail(v, f"replay: {e}")
-        v.phases["replay_s"] = round(time.monotonic() - t0, 3)
-        v.phases["replay_child_ms"] = dict(reply.get("phase_ms") or {})
-        if reply.get("error"):
-            return self._fail(v, f"replay: {reply['error']}")
-        results = reply.get("results")
-        if not isinstance(results, list) or len(results) != len(items):  # fail closed: every call replayed
-            return self._fail(v, f"replay: {len(items)} recorded calls sent, the replaying child answered "
-                                 f"{len(results) if isinstance(results, list) else 'none'} of them")
-        for k, (item, res) in enumerate(zip(items, results)):
-            case = item["case"]
-            if k + REFERENCES_AHEAD < len(items):
-                self.prefetch_reference(task, items[k + REFERENCES_AHEAD]["case"])
-            where = f"{case['split']} shape {case['shape']} {case['dtype']}"
-            if res.get("error"):
-                return self._fail(v, f"{res['error']} ({where})")
-            produced = sum(o.numel() for o in res["outputs"])
-            if not task.torch_ops and res["torch_elements"] > max(1024, TORCH_WORK_SHARE * produced):
-                by_size = sorted(res["torch_ops"].items(), key=lambda kv: -kv[1])
-                ops = ", ".join(f"{k} ({n} elements)" for k, n in by_size)
-                return self._fail(v, f"torch did work outside Triton kernels (counted on the replay): {ops}")
-            problem = self.check_case(task, case, res["outputs"])
-            if problem:
-                return self._fail(v, f"replay: the recorded kernels, replayed alone on fresh inputs ({where}), "
-                                     f"gave a wrong result: {problem}; work done outside the candidate's Triton "
-                                     f"kernels (torch, numpy, Python, an answer prepared earlier) does not count")
-        return traces
+        return replay(self, task, source, traces, v, cancel, clean)
 
     def _replayed_words(self, task: Task, traces: dict | None) -> str:
         """What the replay established, for the pass reason: how many calls, and what ran."""
@@ -397,23 +353,3 @@ class Evaluator:
     def units(self, evaluations: int = 0) -> list[UnitStats]:
         return [UnitStats("local", self.pool.info().get("device", "?"), self.gpu, self.config.workers,
                           evaluations, round(self.pool.busy_s, 3), round(self.measuring_s, 3))]
-
-
-def inplace_problem(task: Task, trace: Any) -> str:
-    """'' when an INPLACE task's trace names, as its outputs, exactly the declared inputs (whole,
-    as given): what the candidate's process reports is not evidence, and a result written
-    elsewhere would be correct here and leave the user's tensors unchanged."""
-    if not task.inplace:
-        return ""
-    try:
-        outs, buffers = trace["outputs"], trace["buffers"]
-        refs = [o["__t__"] for o in outs]
-        origins = [buffers[r["t"]] for r in refs]
-    except (KeyError, TypeError, IndexError):
-        return "the trace's outputs cannot be read as the task's in-place inputs"
-    got = [(b.get("from"), b.get("index")) for b in origins]
-    want = [("input", i) for i in task.inplace]
-    if got != want:
-        return (f"the outputs of an in-place task must be its inputs {', '.join(map(str, task.inplace))} "
-                "updated where they are; this call's results are elsewhere")
-    return ""
