@@ -21,7 +21,6 @@ island's failed children of the previous generation, up to half the places; the 
 """
 from __future__ import annotations
 
-import enum
 import logging
 import random
 import threading
@@ -34,11 +33,16 @@ from archives.codehash import code_hash
 from archives.records import Candidate, Draft, json_list
 from evolve.breeding import AWAITING, Brood, Draw, Job, Proposal, breed
 from evolve.config import SearchConfig
+from evolve.invalid_here import INVALID_HERE as INVALID_HERE
+from evolve.invalid_here import _first_line
+from evolve.invalid_here import invalid_reason as invalid_reason
+from evolve.invalid_here import known_invalid as known_invalid
 from evolve.policies import Policy
 from evolve.population import Kernel
 from evolve.progress import Evaluated, Event, GenerationDone
 from evolve.stopping import at_roofline, saved_calls, stalled
-from fitness.verdict import Verdict, untimeable_start
+from evolve.task_end import Halt, TaskEnd  # re-exported (__all__)
+from fitness.verdict import Verdict
 from operators.base import Child, Context, Exhausted, Parent, Pending, WeightedOperator
 from operators.shape_facts import median_baselines
 from suites.task import Task
@@ -49,32 +53,6 @@ __all__ = ["START_ISLAND", "Halt", "SearchConfig", "Shared", "TaskEnd", "TaskSea
 
 START_ISLAND = -1  # the starting kernel belongs to every island
 MAX_REFLECTIONS = 50  # repairs of one lineage shown to the repair operator
-
-
-class Halt(enum.Enum):
-    """Why a task's search ended in this command."""
-
-    DONE = "done"  # every generation made
-    STOPPED = "stopped"  # time limit or Ctrl-C: resumes
-    WAITING = "waiting for LLM answers"  # an exchange round waits for its answers: resumes
-    TARGET = "target reached"
-    BUDGET = "evaluation budget spent"
-    EXHAUSTED = "no operators left"  # LLM budget spent, endpoint refused
-    INVALID = "invalid here"  # the task's reference or starting kernel cannot be judged here
-    PATIENCE = "no improvement (patience)"  # --patience generations without a better best speedup
-    ROOFLINE = "at the roofline"  # --roofline-stop: the best kernel is near the roofline on every shape
-
-
-@dataclass(frozen=True)
-class TaskEnd:
-    halt: Halt
-    detail: str = ""  # what exhausted the operators, or why the task is invalid here
-    saved_calls: int = 0  # an early stop: the LLM calls its remaining generations would have made
-
-    def __str__(self) -> str:
-        if self.halt is Halt.INVALID:
-            return f"invalid here: {self.detail}"
-        return self.detail if self.halt is Halt.EXHAUSTED and self.detail else self.halt.value
 
 
 @dataclass(frozen=True)
@@ -419,31 +397,3 @@ class TaskSearch:
 
 
 ADOPTED = "adopted"  # llm_calls.used_for of an answer that made a child without a request of this draw
-INVALID_HERE = "invalid-here"  # the evaluator's flag: the task's reference fails on this machine
-
-
-def _first_line(reason: str) -> str:
-    """A reason for one line: for a trace, its lead-in and the exception it ended with."""
-    from suites.validation import brief
-
-    return brief(reason, 200) if reason.strip() else "reference fails here"
-
-
-def invalid_reason(c: Candidate) -> str:
-    """Why no child of the task can be judged here, from one of its evaluations ('' : nothing
-    says so): its reference fails on this machine, or (the starting kernel's) it cannot be timed.
-    Every child descends from the start, and on a script task it is the baseline's own code: what
-    the timing worker cannot time (a fault on the suite's benchmark inputs, a result that differs
-    from itself) no child can be judged on, and each try may crash the timing worker, whose
-    restart loses its caches (seen on the H100: TritonBench's token_softmax_llama and
-    triton_attention cut the run's timing throughput by half)."""
-    if c.evaluation is None:
-        return ""
-    if INVALID_HERE in c.flags:
-        return _first_line(c.error)
-    return untimeable_start(c.flags, c.error) if c.operator == "start" else ""
-
-
-def known_invalid(rows: list[Candidate]) -> str:
-    """What an earlier session of the run found: the first evaluation that makes the task invalid here."""
-    return next((why for why in map(invalid_reason, rows) if why), "")
