@@ -9,26 +9,20 @@ by the clean processes. Every reported time must fit inside the engine's clock f
 """
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
 import random
 import statistics
-import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
-import torch
-
-from fitness.baseline_child import BaselineChild, SeedBank, ShapeKey, StepClock
-from fitness.gpu_busy import BusyProbe, busy_note
-from fitness.harness import nbytes
+from fitness.baseline_child import ShapeKey, StepClock
+from fitness.gpu_busy import busy_note
 from fitness.judges import fresh_seed
 from fitness.launch_configs import describe, timed_configs
-from fitness.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
-from fitness.timing import FRESH_MAX_SETS, MAX_SETS, draws_for, fresh_seed_of, n_sets_for, passes_for
+from fitness.pool import CancelCheck, Cancelled, WorkerFailure
+from fitness.replay_check import check_outputs
+from fitness.replay_check import unwritten_as as unwritten_as  # re-exported: where tests read it
+from fitness.timing import FRESH_MAX_SETS, MAX_SETS, draws_for, passes_for
 from fitness.trials import DRIFT as DRIFT
 from fitness.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
 from fitness.trials import TRIAL_REPS as TRIAL_REPS
@@ -37,7 +31,6 @@ from fitness.trials import (
     TimingChild,
     TimingRejected,
     alternate,
-    check_plan,
     checked,
     enough_trials,
     far,
@@ -46,17 +39,13 @@ from fitness.trials import (
     timed_row,
     warm_up,
 )
+from fitness.turn_state import ORACLE_BYTES as ORACLE_BYTES
+from fitness.turn_state import TurnState
 from fitness.verdict import TIMING_FAILED, Verdict
-from suites.lru import BytesLRU
-from suites.script import tensors_of
 from suites.task import Task
 
 logger = logging.getLogger(__name__)
 
-if TYPE_CHECKING:
-    from fitness.evaluator import Evaluator
-
-ORACLE_BYTES = 4 << 30  # host memory for the baseline's checked outputs (script tasks)
 EPOCH_USES = 16  # candidates timed on one set of draws (and one prepared baseline side) per shape
 # The baseline's trials are kept per shape and epoch (same clean process, inputs and graph) and
 # reused: each turn the baseline runs one request of TRIAL_REPS regions beside the candidate's,
@@ -82,28 +71,7 @@ def _shape_key(task: Task, case: dict, baseline_source: str | None) -> ShapeKey:
     return ShapeKey(task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], hash(baseline_source))
 
 
-class MeasuringTurn:
-    def __init__(self, ev: Evaluator, pool: WorkerPool | None, children: int | None = None):
-        """`pool`: the long-lived baseline children, one per place (`children`: how many, if no pool)."""
-        self.ev, self.pool = ev, pool
-        self.lock = threading.Lock()  # the turn itself
-        self.busy_s = 0.0  # time the turn was held
-        self._bases = [BaselineChild(pool) for _ in range(children or (pool.size if pool else 1))]
-        self._base_of: dict[str, int] = {}  # task -> its baseline child, in order of first timing
-        # the baseline's calibration per shape (one call's time, input bytes): from it the next
-        # candidate's replay child makes its input sets and graph before its turn
-        self._baseline_cal: dict[ShapeKey, dict] = {}
-        self._epochs: dict[ShapeKey, dict] = {}  # per shape: the draws both sides are timed on now
-        self._epoch_lock = threading.Lock()
-        self._seed_bank = SeedBank()  # per task and baseline: each epoch's seeds
-        self._epoch_ids = itertools.count()
-        self._peak_figures: dict | None = None
-        self.baseline_prepares = 0  # baseline sides prepared inside the turn
-        self.baseline_prepares_outside = 0  # ... and before it, beside another candidate's trials
-        # per shape and epoch: the baseline's checked outputs
-        self._oracles = BytesLRU(ORACLE_BYTES, lambda outs: nbytes(tensors_of(outs)))
-        self.busy = BusyProbe()  # other processes' work on the GPU while a shape is measured
-
+class MeasuringTurn(TurnState):
     def time(self, task: Task, traces: dict, v: Verdict, replay: TimingChild, base_src: str | None = None,
              cancel: CancelCheck | None = None) -> None:
         """Times a candidate's replayed kernels against the baseline, shape by shape; fills `v`.
@@ -175,12 +143,6 @@ class MeasuringTurn:
             ep["uses"] += 1
             return dict(ep)
 
-    def _plan_epoch(self, plan: dict) -> dict | None:
-        """The shape's current epoch if it is still the plan's (a later candidate may have opened
-        the next one); the caller holds _epoch_lock."""
-        ep = self._epochs.get(plan["key"])
-        return ep if ep is not None and ep["id"] == plan["epoch"]["id"] else None
-
     def _prepare(self, task: Task, timed: list[tuple[dict, dict]], replay: TimingChild,
                  base_src: str | None) -> list[dict]:
         """Every shape made ready outside the measuring turn, the plans the turn follows. The
@@ -230,11 +192,6 @@ class MeasuringTurn:
                 self._oracle(plan, child)
         clock.tick("baseline")
         return int(b["n_sets"])
-
-    @staticmethod
-    def _n_sets(base: dict) -> int:
-        """Input sets per timed region, from the baseline's calibration of the shape."""
-        return n_sets_for(base["in_bytes"], base["t_one_ms"], base["l2_bytes"])
 
     def _baseline_open(self, task: Task, plan: dict, base: TimingChild, inside: bool = True) -> dict:
         """The baseline's side of this shape and epoch, opened: kept from an earlier candidate,
@@ -394,102 +351,4 @@ class MeasuringTurn:
         of the same trial's sets (memory the baseline leaves unwritten is no part of them)."""
         req = {"op": "time_check", "slot": plan["slot"]}
         outs = checked(replay.request(req, self.ev.config.timing_timeout_s), "c")["outputs"]
-        rot, picks = plan["check"]
-        if len(outs) != len(picks):
-            raise TimingRejected(f"the replay kept {len(outs)} checked outputs, not {len(picks)}: no timed trial "
-                                 "of it was checked")
-        seeds = plan["epoch"]["seeds"]
-        n_draws = draws_for(plan["n_sets"], len(seeds))
-        judge = self.ev.judge(task)
-        key = plan.get("check_key")
-        for i, (pick, oc) in enumerate(zip(picks, outs)):
-            seed = seeds[(pick + rot) % n_draws] if key is None else fresh_seed_of(key, pick)
-            if plan.get("oracle") is not None:
-                zero, full = plan["oracle"][i]
-                problem = judge.check_timed(plan["case"], seed, unwritten_as(oc, zero, full), zero)
-            else:
-                problem = judge.check_timed(plan["case"], seed, oc, None)
-            if problem:
-                raise TimingRejected(f"a timed trial of the replay, checked unannounced, gave a wrong result "
-                                     f"(input set {pick}): {problem}")
-
-    def _check_of(self, plan: dict, n: int) -> tuple[int, list[int]]:
-        """The epoch's checked trial (rotation, sets), drawn once per epoch and number of sets (the
-        replay is a clean process that cannot see it), so the baseline's outputs serve every candidate."""
-        n_draws = draws_for(n, len(plan["epoch"]["seeds"]))
-        with self._epoch_lock:
-            ep = self._plan_epoch(plan)
-            check = ep.get("check") if ep is not None else None
-            if not check or check[0] != n:
-                check = (n, *check_plan(n, n_draws))
-                if ep is not None:
-                    ep["check"] = check
-        plan["check"], plan["n_sets"] = (check[1], check[2]), n
-        return check[1], check[2]
-
-    def _oracle(self, plan: dict, base: TimingChild) -> list:
-        """The baseline's outputs of the checked trial's sets (twice: fitness.timing.TimedSide.oracle),
-        taken once per epoch and kept (LRU, ORACLE_BYTES): H100 TritonBench, taking both sides'
-        outputs inside every turn held 1.3 s of its 2.0 s per candidate."""
-        rot, picks = plan["check"]
-        key = (plan["key"], plan["epoch"]["id"], rot, tuple(picks))
-        with self._epoch_lock:
-            if key in self._oracles:
-                return self._oracles.get(key)
-        req = {"op": "time_oracle", "picks": picks, "rot": rot, "slot": plan["base_slot"]}
-        outs = checked(base.request(req, self.ev.config.timing_timeout_s), "b")["outputs"]
-        with self._epoch_lock:
-            self._oracles.put(key, outs)
-        return outs
-
-    def _base(self, task_name: str) -> BaselineChild:
-        """The baseline child that holds this task's shapes: tasks spread in turn over them."""
-        with self._epoch_lock:
-            i = self._base_of.setdefault(task_name, len(self._base_of) % len(self._bases)) if task_name else 0
-        return self._bases[i]
-
-    def baseline_side(self, task_name: str = "") -> ChildProcess:
-        """The long-lived baseline child of a task: it loads only the suite's code, never a candidate's."""
-        return self._base(task_name).get()
-
-    @contextlib.contextmanager
-    def _baseline(self, task_name: str = "") -> Iterator[TimingChild]:
-        """A task's baseline child, held: a preparing and the turn's trials never interleave."""
-        with self._base(task_name).lock:
-            yield self.baseline_side(task_name)
-
-    def close(self) -> None:
-        for base in self._bases:
-            base.close()
-
-    @property
-    def peaks(self) -> dict | None:
-        """Measured ceilings (copy bandwidth, bf16 matmul rate), once, in the clean baseline child."""
-        if self._peak_figures is None:
-            with self.lock, self._baseline() as child:
-                self._peak_figures = child.request({"op": "peaks"}, self.ev.config.timing_timeout_s)
-        return self._peak_figures
-
-
-def unwritten_as(candidate: list, zero: list, full: list) -> list:
-    """The candidate's outputs with the elements the baseline left unwritten (they differ between
-    its call on 0x00-filled and on 0xFF-filled memory) taken from the baseline's: no part of the answer."""
-    out = []
-    for i, c in enumerate(candidate):
-        z = zero[i] if i < len(zero) else None
-        f = full[i] if i < len(full) else None
-        if not (isinstance(c, torch.Tensor) and isinstance(z, torch.Tensor) and isinstance(f, torch.Tensor)) \
-                or c.shape != z.shape or z.shape != f.shape or c.dtype != z.dtype:
-            out.append(c)
-            continue
-        out.append(torch.where(_bits(z) != _bits(f), z, c))
-    return out
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """The elements as integers of their width: compared bit for bit (a NaN equals itself here)."""
-    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    t = t.contiguous()
-    if t.dtype == torch.bool or t.element_size() not in ints:
-        return t
-    return t.view(ints[t.element_size()])
+        check_outputs(self.ev.judge(task), plan, outs)
