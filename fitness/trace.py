@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fitness.compiled import ReplayError as ReplayError  # re-exported: where a replay's failure was named
 from fitness.compiled import check_launch_args, describe_compiled, launch_compiled, load_compiled
 from fitness.primitives import COPY, DTYPES, ENUMS, FILL, PRIMITIVES, READ, VIEW, Device, Prim, check_args
+from fitness.trace_check import check_trace as check_trace  # re-exported: the trace's shape, checked
 
 # aten ops that allocate, fill or re-view memory, by name: free for the in-process meter only
 # (fitness.harness, a filter); the replay decides work by what a step did to memory
@@ -162,49 +163,6 @@ class Recorder(TorchDispatchMode):
         outs = [self.encode(o) for o in outputs]
         return {"events": self.events, "buffers": self.buffers, "outputs": outs, "kernels": self.kernels,
                 "snapshots": {str(k): v for k, v in self.snapshots.items()}, "problem": self.problem}
-
-
-# -------------------------------------------------------------------------------------------
-_SOURCES = ("input", "op", "snapshot")
-
-
-def check_trace(trace: object) -> None:
-    """The trace's shape, before anything of it runs: every field of the kind the replay reads,
-    every buffer named by a known origin, every output a buffer the call itself made. A ReplayError
-    says what could not be read (a trace the replayer cannot interpret fails the candidate)."""
-    if not isinstance(trace, dict):
-        raise ReplayError("the call's trace is not a record")
-    if trace.get("problem"):
-        raise ReplayError(str(trace["problem"]))
-    kinds = {"events": list, "buffers": list, "outputs": list, "kernels": dict, "snapshots": dict}
-    for key, kind in kinds.items():
-        if not isinstance(trace.get(key), kind):
-            raise ReplayError(f"the trace's {key} cannot be read")
-    buffers = trace["buffers"]
-    for b in buffers:
-        if not isinstance(b, dict) or b.get("from") not in _SOURCES or type(b.get("nbytes")) is not int \
-                or b["nbytes"] < 0 or (b["from"] == "input" and type(b.get("index")) is not int):
-            raise ReplayError("a buffer of the trace cannot be read")
-    for k, snap in trace["snapshots"].items():
-        bid = int(k) if isinstance(k, str) and k.isdigit() else -1
-        if not 0 <= bid < len(buffers) or buffers[bid]["from"] != "snapshot" or type(snap) is not torch.Tensor \
-                or snap.dtype != torch.uint8 or snap.dim() != 1 or snap.numel() != buffers[bid]["nbytes"]:
-            raise ReplayError("a snapshot of the trace does not match its buffer")
-    if any(b["from"] == "snapshot" and str(i) not in trace["snapshots"] for i, b in enumerate(buffers)):
-        raise ReplayError("a buffer copied from outside the call has no recorded contents")
-    for ev in trace["events"]:
-        if not isinstance(ev, dict) or ev.get("kind") not in ("op", "launch") or not isinstance(ev.get("args"), list):
-            raise ReplayError("an event of the trace cannot be read")
-    for i, out in enumerate(trace["outputs"]):
-        if not isinstance(out, dict) or not isinstance(out.get("__t__"), dict):
-            raise ReplayError(f"output {i} of the trace is not a recorded tensor")
-        bid = out["__t__"].get("t")
-        if type(bid) is not int or not 0 <= bid < len(buffers):
-            raise ReplayError(f"output {i} of the trace names no buffer of it")
-        if buffers[bid]["from"] != "op":
-            where = "an input of the call" if buffers[bid]["from"] == "input" else \
-                "memory that appeared from outside the recorded call"
-            raise ReplayError(f"output {i} of the trace is {where}, not memory the call made")
 
 
 class Replayer:
