@@ -93,6 +93,9 @@ def _in_child(fn, *args) -> str:
     if pid == 0:  # the child: answer and leave without running any cleanup of the parent's
         os.close(r)
         faulthandler.disable()  # a crash is an expected outcome here, not a report
+        # one thread: OpenMP's pool does not survive a fork, and the parent's earlier tests used it
+        # (run after tests/test_trace.py, the genuine replay hung here until the alarm)
+        torch.set_num_threads(1)
         signal.alarm(60)
         try:
             os.write(w, pickle.dumps(fn(*args)))
