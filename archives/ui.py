@@ -28,6 +28,8 @@ TABLES: dict[str, tuple[str, dict[str, type]]] = {
     "populations": ("Each island's members after each finished generation (what a resume starts from).",
                     rec.POPULATION_COLUMNS),
     "llm_calls": ("One row per LLM call made (or answer imported from a Batch API file).", rec.LLM_COLUMNS),
+    "llm_requests": ("Every request written for --llm-exchange, with the job it was made for; its answer "
+                     "is matched to that job on any machine.", rec.REQUEST_COLUMNS),
     "sessions": ("One row per command that searched (a resumed run has several): its throughput.",
                  rec.SESSION_COLUMNS),
     "sentinels": ("A/A sentinels: a task's starting kernel timed against itself during the search.",
@@ -77,7 +79,14 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "cost_usd": "its price, where the model's is known", "latency_s": "seconds to answer",
         "attempts": "tries it took", "error": "why the call failed ('' when it did not)",
         "parse_error": "why no kernel could be read from the answer", "source": "the kernel read from it",
-        "created": _WHEN},
+        "slot": "JSON: the job it answers (task, operator, island, generation, parents, seed, turn)",
+        "parent_ids": "JSON list of the parents it was asked about",
+        "used_for": "the request its answer was handed to ('' while unused)", "created": _WHEN},
+    "llm_requests": {
+        "request_hash": "hash of the request body", "run_id": "the run", "task": "the task",
+        "operator": "the LLM operator", "island": "the island", "generation": "the generation",
+        "slot": "JSON: the job it was made for", "parent_ids": "JSON list of its parents",
+        "body": "the request as written to requests.jsonl", "created": _WHEN},
     "sessions": {
         "id": _ID, "run_id": "the run", "started": "Unix time the command started", "wall_s": "its search wall time",
         "evaluations": "evaluations it recorded", "workers": "correctness workers",

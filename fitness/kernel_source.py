@@ -20,6 +20,12 @@ import tempfile
 from typing import Any
 
 from fitness.compiled import ReplayError
+from suites import ast_lock
+
+
+def _triton_jit() -> ast.expr:
+    """The expression `triton.jit`, built rather than parsed."""
+    return ast.Attribute(value=ast.Name(id="triton", ctx=ast.Load()), attr="jit", ctx=ast.Load())
 
 # what kernel bodies may call besides Triton's language (the interpreter runs them as Python)
 SAFE_BUILTINS = {name: getattr(builtins, name) for name in (
@@ -37,7 +43,7 @@ def kernels_from_source(source: str, module_name: str) -> dict[str, Any]:
     import triton
 
     try:
-        tree = ast.parse(source)
+        tree = ast_lock.parse(source)
     except SyntaxError as e:
         raise ReplayError(f"the candidate's source does not parse: {e}") from None
     ns: dict[str, Any] = {"__name__": module_name, "__builtins__": dict(SAFE_BUILTINS),
@@ -103,7 +109,7 @@ def _bind_constant(node: ast.Assign | ast.AnnAssign, ns: dict) -> None:
             and ast.unparse(value.func) in ("tl.constexpr", "triton.language.constexpr", "constexpr"):
         value, wrap = value.args[0], True
     try:
-        plain = ast.literal_eval(value)
+        plain = ast_lock.literal_eval(value)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return
     if not isinstance(plain, (bool, int, float, str, type(None))):
@@ -123,17 +129,17 @@ def _jit_decorator(fn: ast.FunctionDef) -> ast.expr | None:
         if ast.unparse(target) not in ("triton.jit", "jit"):
             continue
         if call is None:
-            return ast.parse("triton.jit", mode="eval").body
+            return _triton_jit()
         options = [k for k in call.keywords if k.arg in ("do_not_specialize", "debug", "noinline")]
         if call.args or any(not _literal(k.value) for k in options):
             return None
-        return ast.Call(func=ast.parse("triton.jit", mode="eval").body, args=[], keywords=options)
+        return ast.Call(func=_triton_jit(), args=[], keywords=options)
     return None
 
 
 def _literal(node: ast.expr) -> bool:
     try:
-        ast.literal_eval(node)
+        ast_lock.literal_eval(node)
         return True
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False
