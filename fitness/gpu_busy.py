@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from fitness.reaper import stat_of
+
 BUSY_SM_PCT = 5  # a sample where another process kept the SMs busy this share of the period or more
 NVML_SUCCESS, NVML_ERROR_NOT_FOUND, NVML_ERROR_INSUFFICIENT_SIZE = 0, 6, 7
 
@@ -73,11 +75,8 @@ def _ok(rc: int, what: str) -> None:
 
 def _parent(pid: int) -> int | None:
     """The parent of `pid` as /proc gives it; None when it is gone or unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+    st = stat_of(pid)
+    return st[1] if st else None
 
 
 def _visible(pid: int) -> bool:
