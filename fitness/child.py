@@ -234,7 +234,7 @@ class Child(ScriptSide):
         for item in req["items"]:
             t0 = time.perf_counter()
             try:
-                replayer = Replayer(item["trace"], self.device, kernels)
+                replayer = Replayer(item["trace"], self.device, kernels, tuple(task.inplace))
                 t0 = self._tick("replay_load", t0)
                 args = tuple(to_device(a, self.device)
                              for a in draw_inputs(task, item["case"], item["case"]["seed"], self.device))
@@ -279,7 +279,7 @@ class Child(ScriptSide):
         t0 = self._tick("draws", t0)
         cost: Callable[[], list] | None = None
         if req.get("trace") is not None:
-            replayer = Replayer(req["trace"], "cuda")
+            replayer = Replayer(req["trace"], "cuda", inplace=tuple(task.inplace))
             self._tick("replay_load", t0)
 
             def fn(*args: Any) -> Any:
@@ -289,7 +289,8 @@ class Child(ScriptSide):
 
             def cost() -> list:  # the cost model is suite code: the clean side runs it
                 return list(task.cost(case["shape"], case["dtype"]))
-        return self.timing.prepare(str(req["slot"]), TimedSide(fn, draws, len(seeds), draw, fresh), cost)
+        side = TimedSide(fn, draws, len(seeds), draw, fresh, inplace=bool(task.inplace))
+        return self.timing.prepare(str(req["slot"]), side, cost)
 
     def _baseline(self, task: Task, baseline_source: str | None) -> Callable[..., Any]:
         if task.script is not None:

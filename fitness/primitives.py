@@ -80,6 +80,67 @@ def _arith(op: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def _reduce(op: Callable[..., Any]) -> Callable[..., Any]:
+    """A reduction over dims (all of them when none is given), as aten records amax/sum/mean."""
+    def run(device: str, t: torch.Tensor, dims: list[int] | None = None, keep: bool | None = False,
+            **kw: Any) -> torch.Tensor:
+        extra = {"dtype": kw["dtype"]} if kw.get("dtype") is not None else {}
+        if not dims:
+            return op(t, **extra) if not keep else op(t, dim=tuple(range(t.dim())), keepdim=True, **extra)
+        return op(t, dim=tuple(dims), keepdim=bool(keep), **extra)
+    return run
+
+
+def _amax(t: torch.Tensor, dim: tuple[int, ...] = (), keepdim: bool = False) -> torch.Tensor:
+    return torch.amax(t, dim=dim, keepdim=keepdim)
+
+
+def _amin(t: torch.Tensor, dim: tuple[int, ...] = (), keepdim: bool = False) -> torch.Tensor:
+    return torch.amin(t, dim=dim, keepdim=keepdim)
+
+
+_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
+# torch glue a TORCH_OPS task's wrapper runs around its kernels (quantize, scale, reduce, a matmul):
+# counted as work like any copy, so only a task that allows torch work passes with them
+_GLUE: dict[str, Prim] = {
+    "div.Tensor_mode": Prim(("T", "T|num"), COPY, lambda d, a, b, **k: torch.div(a, b, rounding_mode=k.get(
+        "rounding_mode")), {"rounding_mode": "mode?"}),
+    "round.decimals": Prim(("T",), COPY, lambda d, t, **k: torch.round(t, decimals=k.get("decimals", 0)),
+                           {"decimals": "int?"}),
+    "pow.Tensor_Scalar": Prim(("T", "num"), COPY, lambda d, t, e: torch.pow(t, e)),
+    "pow.Tensor_Tensor": Prim(("T", "T"), COPY, lambda d, t, e: torch.pow(t, e)),
+    "maximum.default": Prim(("T", "T"), COPY, lambda d, a, b: torch.maximum(a, b)),
+    "minimum.default": Prim(("T", "T"), COPY, lambda d, a, b: torch.minimum(a, b)),
+    "where.self": Prim(("T", "T", "T"), COPY, lambda d, c, a, b: torch.where(c, a, b)),
+    "clamp.default": Prim(("T", "num?", "num?"), COPY, lambda d, t, lo=None, hi=None: torch.clamp(t, lo, hi)),
+    "clamp_min.default": Prim(("T", "num"), COPY, lambda d, t, lo: torch.clamp_min(t, lo)),
+    "clamp_max.default": Prim(("T", "num"), COPY, lambda d, t, hi: torch.clamp_max(t, hi)),
+    "amax.default": Prim(("T", "ints?", "bool?"), COPY, _reduce(_amax)),
+    "amin.default": Prim(("T", "ints?", "bool?"), COPY, _reduce(_amin)),
+    "sum.default": Prim(("T",), COPY, lambda d, t, **k: torch.sum(t, **_like(k)), {"dtype": "dtype?"}),
+    "sum.dim_IntList": Prim(("T", "ints?", "bool?"), COPY, _reduce(torch.sum), {"dtype": "dtype?"}),
+    "mean.default": Prim(("T",), COPY, lambda d, t, **k: torch.mean(t, **_like(k)), {"dtype": "dtype?"}),
+    "mean.dim": Prim(("T", "ints?", "bool?"), COPY, _reduce(torch.mean), {"dtype": "dtype?"}),
+    "argmax.default": Prim(("T", "int?", "bool?"), COPY,
+                           lambda d, t, dim=None, keep=False: torch.argmax(t, dim, bool(keep))),
+    "cumsum.default": Prim(("T", "int"), COPY, lambda d, t, dim, **k: torch.cumsum(t, dim, **_like(k)),
+                           {"dtype": "dtype?"}),
+    "mm.default": Prim(("T", "T"), COPY, lambda d, a, b: torch.mm(a, b)),
+    "bmm.default": Prim(("T", "T"), COPY, lambda d, a, b: torch.bmm(a, b)),
+    "addmm.default": Prim(("T", "T", "T"), COPY, lambda d, c, a, b, **k: torch.addmm(
+        c, a, b, beta=k.get("beta", 1), alpha=k.get("alpha", 1)), {"beta": "num?", "alpha": "num?"}),
+    "cat.default": Prim(("Ts", "int?"), COPY, lambda d, ts, dim=0: torch.cat(ts, dim or 0)),
+    "stack.default": Prim(("Ts", "int?"), COPY, lambda d, ts, dim=0: torch.stack(ts, dim or 0)),
+    **{f"{n}_.Tensor": Prim(("T", "T|num"), COPY, _arith(getattr(torch.Tensor, f"{n}_")), {"alpha": "num?"}
+                            if n in ("add", "sub") else {}, inplace=True) for n in _BINARY},
+    **{f"{n}.{o}": Prim(("T", "T|num"), COPY, lambda d, a, b, fn=fn: fn(a, b)) for n, fn in {
+        "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}.items()
+        for o in ("Tensor", "Scalar")},
+    "clamp_.default": Prim(("T", "num?", "num?"), COPY, lambda d, t, lo=None, hi=None: t.clamp_(lo, hi),
+                           inplace=True),
+}
+
+
 PRIMITIVES: dict[str, Prim] = {
     # allocation: a new storage, nothing written
     "empty.memory_format": Prim(("ints",), ALLOC, lambda d, s, **k: torch.empty(s, **_dev(k, d)), _FACTORY),
@@ -139,6 +200,20 @@ PRIMITIVES: dict[str, Prim] = {
     "mul.Tensor": Prim(("T", "T|num"), COPY, _arith(torch.mul)),
     "div.Tensor": Prim(("T", "T|num"), COPY, _arith(torch.div)),
     "neg.default": Prim(("T",), COPY, lambda d, t: torch.neg(t)),
+    **{k: Prim(("T",), COPY, fn) for k, fn in {
+        "abs.default": lambda d, t: torch.abs(t), "exp.default": lambda d, t: torch.exp(t),
+        "exp2.default": lambda d, t: torch.exp2(t), "log.default": lambda d, t: torch.log(t),
+        "log2.default": lambda d, t: torch.log2(t), "sqrt.default": lambda d, t: torch.sqrt(t),
+        "rsqrt.default": lambda d, t: torch.rsqrt(t), "reciprocal.default": lambda d, t: torch.reciprocal(t),
+        "sigmoid.default": lambda d, t: torch.sigmoid(t), "tanh.default": lambda d, t: torch.tanh(t),
+        "relu.default": lambda d, t: torch.relu(t), "silu.default": lambda d, t: torch.nn.functional.silu(t),
+        "erf.default": lambda d, t: torch.erf(t), "sin.default": lambda d, t: torch.sin(t),
+        "cos.default": lambda d, t: torch.cos(t), "round.default": lambda d, t: torch.round(t),
+        "floor.default": lambda d, t: torch.floor(t), "ceil.default": lambda d, t: torch.ceil(t),
+        "trunc.default": lambda d, t: torch.trunc(t), "sign.default": lambda d, t: torch.sign(t),
+        "logical_not.default": lambda d, t: torch.logical_not(t),
+        "max.default": lambda d, t: torch.max(t), "min.default": lambda d, t: torch.min(t)}.items()},
+    **_GLUE,
 }
 
 
@@ -157,6 +232,8 @@ _KINDS: dict[str, Callable[[object], bool]] = {
     "device": lambda v: isinstance(v, Device),
     "enum": lambda v: v in ENUMS.values(),
     "T|num": lambda v: type(v) is torch.Tensor or _is_num(v),
+    "Ts": lambda v: isinstance(v, list) and len(v) > 0 and all(type(t) is torch.Tensor for t in v),
+    "mode": lambda v: v in ("floor", "trunc"),
 }
 
 

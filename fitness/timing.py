@@ -184,11 +184,15 @@ def _fresh_seed() -> None:
 
 class TimedSide:
     def __init__(self, fn, draws: list[tuple], n_seeds: int | None = None,
-                 more: Callable[[int], tuple] | None = None, fresh: Callable[[int], tuple] | None = None):
+                 more: Callable[[int], tuple] | None = None, fresh: Callable[[int], tuple] | None = None,
+                 inplace: bool = False):
         """`draws`: the side's first draws (device inputs); `more(k)`: the k-th draw of the engine's
         seeds, made when the input sets need it (`n_seeds` of them in all); `fresh(seed)`: a draw
-        from any seed, for trials of fresh draws."""
+        from any seed, for trials of fresh draws; `inplace`: the call updates its inputs, so every
+        pass starts from the trial's draws again (else the checked pass would hold `passes`
+        updates where the reference made one)."""
         self.fn, self.draws, self.more, self.fresh = fn, list(draws), more, fresh
+        self.inplace = inplace
         self.n_seeds = n_seeds or len(draws)
         first = next((a for a in tensors_of(self.draws[0]) if isinstance(a, torch.Tensor)), None)
         self.cuda = first.device.type == "cuda" if first is not None else torch.cuda.is_available()
@@ -313,11 +317,14 @@ class TimedSide:
         trial differs, so nothing in it says it is checked."""
         self.rots.append(rot if fresh is None else -1)
         if fresh is not None and self.fresh is not None:
-            _fill_each(self.sets, [self.fresh(fresh_seed_of(fresh, i)) for i in range(len(self.sets))])
+            contents = [self.fresh(fresh_seed_of(fresh, i)) for i in range(len(self.sets))]
         else:
-            _fill_each(self.sets, [self.draws[d] for d in assignment(len(self.sets), self.n_draws(), rot)])
+            contents = [self.draws[d] for d in assignment(len(self.sets), self.n_draws(), rot)]
+        _fill_each(self.sets, contents)
         total = 0.0
         for p in range(passes):
+            if self.inplace and p:  # untimed: the last pass updated the inputs
+                _fill_each(self.sets, contents)
             _fresh_seed()
             if self.method == "cuda-graph":
                 self.scrambler()

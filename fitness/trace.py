@@ -171,8 +171,9 @@ class Replayer:
     kernels built from the candidate's source alone (`kernels`, under the interpreter:
     fitness.kernel_source), and the engine's own primitives (fitness.primitives)."""
 
-    def __init__(self, trace: dict, device: str, kernels: dict[str, Any] | None = None):
-        check_trace(trace)
+    def __init__(self, trace: dict, device: str, kernels: dict[str, Any] | None = None,
+                 inplace: tuple[int, ...] = ()):
+        check_trace(trace, inplace)
         self.trace = trace
         self.device = device
         self.interpreted = kernels is not None

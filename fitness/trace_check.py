@@ -12,10 +12,12 @@ from fitness.compiled import ReplayError
 _SOURCES = ("input", "op", "snapshot")
 
 
-def check_trace(trace: object) -> None:
+def check_trace(trace: object, inplace: tuple[int, ...] = ()) -> None:
     """The trace's shape, before anything of it runs: every field of the kind the replay reads,
-    every buffer named by a known origin, every output a buffer the call itself made. A ReplayError
-    says what could not be read (a trace the replayer cannot interpret fails the candidate)."""
+    every buffer named by a known origin, every output a buffer the call itself made, or, for a
+    task that updates inputs in place (`inplace`: their indices), output i that input inplace[i].
+    A ReplayError says what could not be read (a trace the replayer cannot interpret fails the
+    candidate)."""
     if not isinstance(trace, dict):
         raise ReplayError("the call's trace is not a record")
     if trace.get("problem"):
@@ -45,7 +47,11 @@ def check_trace(trace: object) -> None:
         bid = out["__t__"].get("t")
         if type(bid) is not int or not 0 <= bid < len(buffers):
             raise ReplayError(f"output {i} of the trace names no buffer of it")
-        if buffers[bid]["from"] != "op":
+        if inplace and buffers[bid]["from"] == "input":
+            if i >= len(inplace) or buffers[bid]["index"] != inplace[i]:
+                raise ReplayError(f"output {i} of the trace is input {buffers[bid]['index']} of the call, not the "
+                                  f"input the task updates in place there")
+        elif buffers[bid]["from"] != "op":
             where = "an input of the call" if buffers[bid]["from"] == "input" else \
                 "memory that appeared from outside the recorded call"
             raise ReplayError(f"output {i} of the trace is {where}, not memory the call made")

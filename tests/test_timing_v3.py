@@ -120,6 +120,17 @@ def test_the_checked_trial_keeps_the_outputs_of_the_picked_sets_of_their_draws()
     assert [float(o[0][0]) for o in out] == [2.0 * 3, 2.0 * ((3 + 3) % 5)]
 
 
+def test_an_in_place_side_starts_every_pass_from_the_trial_s_draws_so_the_checked_pass_holds_one_update():
+    def bump(x):  # an INPLACE task's call: updates its input and returns it
+        return x.add_(1)
+    for inplace, want in ((True, [3.0 + 1, (3 + 3) % 5 + 1.0]), (False, [3.0 + 3, (3 + 3) % 5 + 3.0])):
+        side = TimedSide(bump, _draws(5), n_seeds=5, inplace=inplace)
+        side.prepare(4, graph=False)
+        side.trial(3, passes=3, picks=[0, 3])
+        assert [float(o[0][0]) for o in side.checked()] == want, inplace
+        assert [float(d[0][0]) for d in side.draws] == [0.0, 1.0, 2.0, 3.0, 4.0]  # the draws themselves untouched
+
+
 def test_the_baseline_s_unwritten_memory_is_no_part_of_what_the_candidate_must_match():
     def half(x):  # leaves the second half of its output as it found it
         out = torch.empty_like(x)
