@@ -25,7 +25,8 @@ def run(*args, cwd, timeout=600):
 
 def test_the_examples_load_with_their_kinds():
     tasks = load_suite(str(EXAMPLES))
-    assert sorted(tasks) == ["fake_quant_metric", "momentum_inplace", "quant_matmul", "softmax_input"]
+    assert sorted(tasks) == ["fake_quant_metric", "greedy_tokens", "momentum_inplace", "quant_matmul",
+                            "softmax_input"]
     assert tasks.problems == []
     assert tasks["momentum_inplace"].inplace == (0, 2) and "in place" in tasks["momentum_inplace"].instruction
     assert tasks["quant_matmul"].torch_ops and not tasks["softmax_input"].torch_ops
@@ -88,6 +89,23 @@ def test_each_example_start_passes_and_a_broken_candidate_of_each_kind_fails(eva
 
 
 @pytest.mark.slow
+def test_an_argmax_one_index_off_or_breaking_ties_the_other_way_is_rejected(evaluator):
+    """An index output is compared exactly: one off out of 32000 is 3e-5 relative, which a float
+    tolerance would pass; a kernel that takes the highest index among equal top values picks
+    another token on ties (about a third of the rows have one)."""
+    task = load_suite(str(EXAMPLES))["greedy_tokens"]
+    assert evaluator.evaluate(task, task.start_source).passed
+    off_by_one = task.start_source.replace("tl.store(out_ptr + row, idx.to(tl.int64))",
+                                           "tl.store(out_ptr + row, (idx + 1).to(tl.int64))")
+    last_of_ties = task.start_source.replace("idx = tl.min(tl.where(best_v == top, best_i, V), axis=0)",
+                                             "idx = tl.max(tl.where(best_v == top, best_i, -1), axis=0)")
+    for source in (off_by_one, last_of_ties):
+        assert source != task.start_source
+        v = evaluator.evaluate(task, source)
+        assert not v.passed and "integer elements differ" in v.reason, v.reason
+
+
+@pytest.mark.slow
 def test_torch_glue_without_torch_ops_allowed_is_refused(evaluator):
     text = (EXAMPLES / "quant_matmul.py").read_text()
     path = evaluator.tmp / "quant_matmul_counted.py"
@@ -123,7 +141,8 @@ def test_the_examples_validate_on_cpu(tmp_path):
     p = run("validate", "--suite", str(EXAMPLES), "--workers", "1", "--json", cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     verdicts = {v["task"]: v for v in json.loads(p.stdout)}
-    assert sorted(verdicts) == ["fake_quant_metric", "momentum_inplace", "quant_matmul", "softmax_input"]
+    assert sorted(verdicts) == ["fake_quant_metric", "greedy_tokens", "momentum_inplace", "quant_matmul",
+                               "softmax_input"]
     assert all(v["correct"] and v["heldout_correct"] for v in verdicts.values()), verdicts
 
 
