@@ -99,6 +99,55 @@ def _amin(t: torch.Tensor, dim: tuple[int, ...] = (), keepdim: bool = False) -> 
     return torch.amin(t, dim=dim, keepdim=keepdim)
 
 
+def _by_dim(op: Callable[..., Any]) -> Callable[..., Any]:
+    """max.dim / min.dim: values and indices along one dim."""
+    def run(device: str, t: torch.Tensor, dim: int, keep: bool | None = False) -> tuple:
+        return tuple(op(t, dim, bool(keep)))
+    return run
+
+
+def _sorted(device: str, t: torch.Tensor, dim: int | None = -1, descending: bool | None = False) -> tuple:
+    return tuple(torch.sort(t, dim=-1 if dim is None else dim, descending=bool(descending)))
+
+
+def _topk(device: str, t: torch.Tensor, k: int, dim: int | None = -1, largest: bool | None = True,
+          is_sorted: bool | None = True) -> tuple:
+    return tuple(torch.topk(t, k, -1 if dim is None else dim, largest is not False, is_sorted is not False))
+
+
+def _norm(device: str, t: torch.Tensor, order: Any = 2, dims: list[int] | None = None, keep: bool | None = False,
+          **k: Any) -> torch.Tensor:
+    return torch.linalg.vector_norm(t, 2 if order is None else order, dims or None, bool(keep), **_like(k))
+
+
+# indexing, padding, sorting and row-wise math a wrapper does around its kernels (counted as work)
+_GATHER: dict[str, Prim] = {
+    "lift_fresh.default": Prim(("T",), VIEW, lambda d, t: t),  # torch.tensor(...): its values are a snapshot
+    "constant_pad_nd.default": Prim(("T", "ints", "num?"), COPY,
+                                    lambda d, t, pad, v=0: torch.nn.functional.pad(t, pad, value=v or 0)),
+    "index_select.default": Prim(("T", "int", "T"), COPY, lambda d, t, dim, i: torch.index_select(t, dim, i)),
+    "gather.default": Prim(("T", "int", "T"), COPY, lambda d, t, dim, i, **k: torch.gather(t, dim, i),
+                           {"sparse_grad": "bool?"}),
+    "index.Tensor": Prim(("T", "Tidx"), COPY, lambda d, t, idx: t[tuple(idx)]),
+    "masked_fill.Scalar": Prim(("T", "T", "num"), COPY, lambda d, t, m, v: t.masked_fill(m, v)),
+    "masked_fill_.Scalar": Prim(("T", "T", "num"), COPY, lambda d, t, m, v: t.masked_fill_(m, v), inplace=True),
+    "repeat.default": Prim(("T", "ints"), COPY, lambda d, t, r: t.repeat(r)),
+    "flip.default": Prim(("T", "ints"), COPY, lambda d, t, dims: torch.flip(t, dims)),
+    "max.dim": Prim(("T", "int", "bool?"), COPY, _by_dim(torch.max)),
+    "min.dim": Prim(("T", "int", "bool?"), COPY, _by_dim(torch.min)),
+    "sort.default": Prim(("T", "int?", "bool?"), COPY, _sorted),
+    "topk.default": Prim(("T", "int", "int?", "bool?", "bool?"), COPY, _topk),
+    "_softmax.default": Prim(("T", "int", "bool"), COPY, lambda d, t, dim, half: torch._softmax(t, dim, half)),
+    "_log_softmax.default": Prim(("T", "int", "bool"), COPY,
+                                 lambda d, t, dim, half: torch._log_softmax(t, dim, half)),
+    "gelu.default": Prim(("T",), COPY, lambda d, t, **k: torch.nn.functional.gelu(
+        t, approximate=k.get("approximate") or "none"), {"approximate": "gelu?"}),
+    "var.correction": Prim(("T", "ints?"), COPY, lambda d, t, dims=None, **k: torch.var(
+        t, dims, correction=k.get("correction", 1), keepdim=bool(k.get("keepdim"))),
+        {"correction": "num?", "keepdim": "bool?"}),
+    "linalg_vector_norm.default": Prim(("T", "num?", "ints?", "bool?"), COPY, _norm, {"dtype": "dtype?"}),
+}
+
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
 # torch glue a TORCH_OPS task's wrapper runs around its kernels (quantize, scale, reduce, a matmul):
 # counted as work like any copy, so only a task that allows torch work passes with them
@@ -138,6 +187,7 @@ _GLUE: dict[str, Prim] = {
         for o in ("Tensor", "Scalar")},
     "clamp_.default": Prim(("T", "num?", "num?"), COPY, lambda d, t, lo=None, hi=None: t.clamp_(lo, hi),
                            inplace=True),
+    **_GATHER,
 }
 
 
@@ -234,6 +284,9 @@ _KINDS: dict[str, Callable[[object], bool]] = {
     "T|num": lambda v: type(v) is torch.Tensor or _is_num(v),
     "Ts": lambda v: isinstance(v, list) and len(v) > 0 and all(type(t) is torch.Tensor for t in v),
     "mode": lambda v: v in ("floor", "trunc"),
+    "gelu": lambda v: v in ("none", "tanh"),
+    "Tidx": lambda v: isinstance(v, list) and any(type(t) is torch.Tensor for t in v)
+    and all(t is None or type(t) is torch.Tensor for t in v),
 }
 
 

@@ -51,3 +51,30 @@ def test_torch_glue_replays_on_fresh_inputs_through_the_engines_primitives_and_c
     assert {"amax.default", "clamp_min.default", "round.default", "clamp.default", "mm.default",
             "where.self", "sum.dim_IntList"} <= ops, ops
     assert rep.torch_elements >= x.numel() + w.numel()
+
+
+def _wrapper_ops(x: torch.Tensor, i: torch.Tensor) -> list[torch.Tensor]:
+    """Indexing, padding, sorting and row-wise math as wrappers around kernels do them."""
+    vals, idx = x.max(dim=1)
+    top, top_i = x.topk(2, dim=1)
+    srt, _ = x.sort(dim=1, descending=True)
+    y = torch.nn.functional.pad(x, (1, 2), value=0.5).index_select(0, i).flip(0).repeat(2, 1)
+    z = x.masked_fill(x > 0.5, 0.0).gather(1, torch.zeros(x.shape[0], 1, dtype=torch.long))
+    w = torch.softmax(x, -1) + torch.log_softmax(x, -1) + torch.nn.functional.gelu(x, approximate="tanh")
+    n = x.var(dim=1) + x.norm(dim=1) + x[i].sum() + torch.tensor([1.0, 2.0, 3.0, 4.0])[: x.shape[0]]
+    return [vals, idx, top, top_i, srt, y, z, w, n]
+
+
+def test_indexing_sorting_and_row_math_in_a_wrapper_replay_to_what_torch_gives_on_fresh_inputs():
+    gen = torch.Generator().manual_seed(1)
+    x, i = torch.randn(4, 6, generator=gen), torch.tensor([2, 0])
+    rec = Recorder((x, i))
+    with rec:
+        outs = _wrapper_ops(x, i)
+    x2 = torch.randn(4, 6, generator=gen)
+    rep = Replayer(rec.trace(outs), "cpu", {})
+    got = rep.run((x2, torch.tensor([1, 3])))
+    want = _wrapper_ops(x2, torch.tensor([1, 3]))
+    assert len(got) == len(want) and all(torch.allclose(g, w) for g, w in zip(got, want))
+    assert {"max.dim", "topk.default", "sort.default", "constant_pad_nd.default", "index.Tensor",
+            "gather.default", "_softmax.default", "linalg_vector_norm.default"} <= set(rep.torch_ops)
