@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from evolve.config import Configs, LLMConfig
-    from fitness.cluster import ClusterConfig
-    from fitness.evaluator import EvalConfig
+    from fitness.engine.cluster import ClusterConfig
+    from fitness.engine.evaluator import EvalConfig
 
 
 class UsageError(Exception):
@@ -23,7 +23,7 @@ class UsageError(Exception):
 
 
 def _cluster_config(args: argparse.Namespace, problems: list[str]) -> ClusterConfig | None:
-    """--cluster and its options as a fitness.cluster.ClusterConfig (None: local)."""
+    """--cluster and its options as a fitness.engine.cluster.ClusterConfig (None: local)."""
     where = args.cluster
     if where == "local":
         return None
@@ -32,7 +32,7 @@ def _cluster_config(args: argparse.Namespace, problems: list[str]) -> ClusterCon
     if args.cluster_attempts < 1 or args.cluster_jobs < 1 or args.cluster_job_cores < 1:
         problems.append("--cluster-attempts, --cluster-jobs and --cluster-job-cores must be at least 1")
     try:
-        from fitness.cluster import ClusterConfig
+        from fitness.engine.cluster import ClusterConfig
     except ImportError as e:
         problems.append(f"--cluster {where} needs Dask ({e.name} is missing): pip install -e '.[cluster]'")
         return None
@@ -43,7 +43,7 @@ def _cluster_config(args: argparse.Namespace, problems: list[str]) -> ClusterCon
 
 
 def _eval_config(args: argparse.Namespace, problems: list[str]) -> EvalConfig:
-    from fitness.evaluator import EvalConfig
+    from fitness.engine.evaluator import EvalConfig
 
     seeds: tuple[int, ...] = (0, 1)
     try:
@@ -70,11 +70,11 @@ def _checked_eval_config(args: argparse.Namespace) -> EvalConfig:
 
 def make_evaluator(config: EvalConfig, cluster: ClusterConfig | None = None):
     """The evaluator the configs name (enter it: `with make_evaluator(...) as ev`)."""
-    from fitness.evaluator import Evaluator
+    from fitness.engine.evaluator import Evaluator
 
     try:
         if cluster is not None:
-            from fitness.cluster import ClusterError, ClusterEvaluator
+            from fitness.engine.cluster import ClusterError, ClusterEvaluator
             try:
                 return ClusterEvaluator(config, cluster)
             except ClusterError as e:
@@ -97,7 +97,7 @@ def _selected(args):
 
 
 def cmd_check(args) -> int:
-    from fitness.static_gate import MAX_SOURCE_BYTES
+    from fitness.engine.static_gate import MAX_SOURCE_BYTES
     from suites.registry import did_you_mean
 
     tasks = _load(args)

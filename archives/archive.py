@@ -43,7 +43,7 @@ from archives import records as rec
 from archives.records import SCHEMA_VERSION, TOOL, Candidate, Draft, Run
 
 if TYPE_CHECKING:
-    from fitness.verdict import Verdict
+    from fitness.engine.verdict import Verdict
 
 __all__ = ["Archive", "ArchiveError", "stored_run", "SCHEMA_VERSION", "TOOL"]
 

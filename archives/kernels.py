@@ -39,7 +39,7 @@ class ShapeTime:
     dtype: str
     candidate_ms: float | None
     baseline_ms: float | None
-    spread: float | None  # the candidate's trial spread (fitness.trials.spread); None where not kept
+    spread: float | None  # the candidate's trial spread (fitness.engine.trials.spread); None where not kept
 
     @property
     def speedup(self) -> float | None:
@@ -99,7 +99,7 @@ def _float(v: object) -> float | None:
 
 
 def shape_times(rows: tuple[dict, ...]) -> tuple[ShapeTime, ...]:
-    """Evaluation.times rows (fitness.measuring: shape, dtype, candidate_ms, baseline_ms, spreads)."""
+    """Evaluation.times rows (fitness.engine.measuring: shape, dtype, candidate_ms, baseline_ms, spreads)."""
     return tuple(ShapeTime(shape=_shape_text(r.get("shape", "?")), dtype=str(r.get("dtype", "?")),
                            candidate_ms=_float(r.get("candidate_ms")), baseline_ms=_float(r.get("baseline_ms")),
                            spread=_float(r.get("candidate_spread"))) for r in rows if isinstance(r, dict))

@@ -19,7 +19,7 @@ import statistics
 from typing import Any, Iterable
 
 from archives.records import Candidate
-from fitness.verdict import geomean  # noqa: F401 - the one geometric mean, used here and by the reports
+from fitness.engine.verdict import geomean  # noqa: F401 - the one geometric mean, used here and by the reports
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 PASS_K = (1, 2, 5, 10)

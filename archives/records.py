@@ -42,7 +42,7 @@ SESSION_COLUMNS = {"id": int, "run_id": int, "started": float, "wall_s": float, 
                    # A/A sentinels timed during the session: how many, median and p90 of |A/A - 1|
                    "aa_n": int, "aa_median": float, "aa_p90": float,
                    # GPUs timing in the session, and each evaluation unit's work (JSON list of
-                   # fitness.evaluator.UnitStats): per-device throughput under --cluster
+                   # fitness.engine.evaluator.UnitStats): per-device throughput under --cluster
                    "gpus": int, "units": str,
                    # the steady state (evolve.progress.Tracker.steady): evaluations after every task's
                    # first one, and the seconds from then to the session's end

@@ -100,7 +100,7 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
                   "verdict": "JSON: the sentinel's verdict", "created": _WHEN},
 }
 
-# the one definition of a failure's coarse class (stages: fitness.verdict.STAGES, the last one reached)
+# the one definition of a failure's coarse class (stages: fitness.engine.verdict.STAGES, the last one reached)
 FAILURE_CLASS = """case
       when e.flags like '%"timing-failed"%' then 'timing failed'
       when lower(e.error) like '%timed out%' then 'timeout (hang)'

@@ -25,11 +25,11 @@ from typing import IO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import fitness.measuring as measuring  # noqa: E402
+import fitness.engine.measuring as measuring  # noqa: E402
 from archives.metrics import aa_noise  # noqa: E402
-from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
-from fitness.pool import WorkerPool  # noqa: E402
-from fitness.trials import Draws  # noqa: E402
+from fitness.engine.evaluator import EvalConfig, Evaluator  # noqa: E402
+from fitness.engine.pool import WorkerPool  # noqa: E402
+from fitness.engine.trials import Draws  # noqa: E402
 from suites.registry import SuiteError, load_suite, select  # noqa: E402
 
 CONTEXT = threading.local()
@@ -48,7 +48,7 @@ def load(ev: Evaluator) -> dict[str, int]:
 
 
 def install(ev: Evaluator, log: IO[str], full: list[bool]) -> None:
-    """Wraps the turn's rounds of trials (fitness.measuring.alternate) and its choice of the
+    """Wraps the turn's rounds of trials (fitness.engine.measuring.alternate) and its choice of the
     baseline's kept trials; `full[0]` true makes every shape alternate fully."""
     alternate, timed_trials, kept = measuring.alternate, measuring.MeasuringTurn._timed_trials, \
         measuring.MeasuringTurn._kept

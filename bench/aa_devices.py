@@ -3,7 +3,7 @@
     python bench/aa_devices.py --cluster gpus --tasks softmax,layernorm,... [--rounds 2] [--workers 8]
 
 Each unit evaluates each task's starting kernel against itself (the A/A sentinel's evaluation,
-`aa=True`, pinned to that unit: fitness.cluster.evaluate_here, as a search's evaluations run),
+`aa=True`, pinned to that unit: fitness.engine.cluster.evaluate_here, as a search's evaluations run),
 every unit at once, one task at a time. Per unit it prints the A/A noise inside the unit
 (|A/A - 1|: both sides timed in one measuring turn on one GPU); per task and shape the kernel's
 own time in each unit and the spread between the units' times (max/min - 1). A spread above the
@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fitness.cluster import RESOURCE, ClusterConfig, ClusterEvaluator, evaluate_here, share  # noqa: E402
-from fitness.evaluator import EvalConfig  # noqa: E402
-from fitness.verdict import Verdict  # noqa: E402
+from fitness.engine.cluster import RESOURCE, ClusterConfig, ClusterEvaluator, evaluate_here, share  # noqa: E402
+from fitness.engine.evaluator import EvalConfig  # noqa: E402
+from fitness.engine.verdict import Verdict  # noqa: E402
 from suites.registry import SuiteError, load_suite, select  # noqa: E402
 
 

@@ -8,7 +8,7 @@ it keeps every candidate's source, island, generation, parents, operator and not
 evaluation's stage, correctness, speedup, error, flags and per-shape times, and every island
 population. `--show` prints the canonical text instead of its hash, for a diff.
 
-A wrong result's error names the secret seed its inputs were drawn from (fitness/judges.py
+A wrong result's error names the secret seed its inputs were drawn from (fitness/engine/judges.py
 draws one per evaluation so that no candidate can key answers on its inputs), and the values
 it quotes follow from that seed: the digest keeps the error up to "(seed" and masks the rest.
 """

@@ -24,7 +24,7 @@ def picks(suite: str, name: str, seed: int) -> dict[str, str]:
     import torch
     from triton.runtime.autotuner import Autotuner
 
-    from fitness.script_eval import MAX_TIMED, spread, timing_inputs
+    from fitness.engine.script_eval import MAX_TIMED, spread, timing_inputs
     from suites.registry import load_suite
     from suites.task import to_device
 

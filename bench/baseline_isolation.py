@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
+from fitness.engine.evaluator import EvalConfig, Evaluator  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 
 suite = load_suite("builtin")

@@ -1,5 +1,5 @@
 """Does the engine keep a large Dask cluster busy? A real search (builtin tasks, knob operators,
-the SQLite archive, fitness.cluster.ClusterEvaluator) over N local Dask worker processes whose
+the SQLite archive, fitness.engine.cluster.ClusterEvaluator) over N local Dask worker processes whose
 evaluation is a stand-in: it holds its unit's exclusive section (a GPU's measuring turn, in a real
 unit) for a fixed time and answers with a verdict. The busy share is that section's held time
 over wall time x units: near 100% means the engine (proposing, archiving, Dask's scheduling) is
@@ -34,7 +34,7 @@ def _state() -> dict:
 
 
 def stand_in_probe(config):
-    from fitness.verdict import UnitStats
+    from fitness.engine.verdict import UnitStats
 
     return UnitStats(_unit(), "stand-in", False, config.workers, 0, 0.0, 0.0)
 
@@ -42,7 +42,7 @@ def stand_in_probe(config):
 def stand_in_evaluate(hold_s, config, suite, name, source, timed, aa):
     """One evaluation: the unit's exclusive section held `hold_s` seconds; a deterministic verdict
     (correct, a speedup drawn from the source's hash) so selection has something to rank."""
-    from fitness.verdict import UnitStats, Verdict
+    from fitness.engine.verdict import UnitStats, Verdict
 
     unit, state = _unit(), _state()
     with state["lock"]:
@@ -75,8 +75,8 @@ def main() -> int:
     import run
     from evolve.cli_options import parse
     from evolve.runner import run_search
-    from fitness.cluster import RESOURCE, ClusterConfig, ClusterEvaluator
-    from fitness.evaluator import EvalConfig, slots_per_unit
+    from fitness.engine.cluster import RESOURCE, ClusterConfig, ClusterEvaluator
+    from fitness.engine.evaluator import EvalConfig, slots_per_unit
 
     t0 = time.monotonic()
     dask.config.set({"logging.distributed": "error"})

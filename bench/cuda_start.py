@@ -9,7 +9,7 @@ small kernels and synchronising (as correctness children do), `contexts` 24 proc
 idle context each, `cpu` 12 processes spinning on the CPU. Which of them slows a context's start
 says what bounds an evaluator that starts one per candidate.
 
-Forked from a parent that imported torch and triton without touching CUDA, as fitness.zygote
+Forked from a parent that imported torch and triton without touching CUDA, as fitness.process.zygote
 does; each child times: the first CUDA tensor (context), a matmul (cuBLAS), a Triton kernel's
 first launch from the compile cache. (Loading Triton's driver in the parent instead, to spare
 the children that 0.6 s, left them unable to start CUDA: "Cannot re-initialize CUDA in forked

@@ -29,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import fitness.evaluator as evaluator_module  # noqa: E402
+import fitness.engine.evaluator as evaluator_module  # noqa: E402
 from archives.metrics import aa_noise  # noqa: E402
-from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
-from fitness.verdict import Verdict, geomean  # noqa: E402
+from fitness.engine.evaluator import EvalConfig, Evaluator  # noqa: E402
+from fitness.engine.verdict import Verdict, geomean  # noqa: E402
 from suites.registry import SuiteError, load_suite, select  # noqa: E402
 
 
@@ -164,7 +164,7 @@ def main() -> None:
     ap.add_argument("--no-aa", action="store_true", help="skip the A/A pass")
     ap.add_argument("--spares", type=int, default=None, help="warm spare children per pool, at least")
     ap.add_argument("--ref-children", type=int, default=None,
-                    help="reference children (fitness.reference_service) on a GPU machine")
+                    help="reference children (fitness.engine.reference_service) on a GPU machine")
     ap.add_argument("--clean", type=int, default=None, help="clean (replay and timing) children, at least")
     args = ap.parse_args()
     if args.spares is not None:

@@ -6,7 +6,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
 import torch  # noqa: E402
 
-from fitness import isolation as iso  # noqa: E402
+from fitness.process import isolation as iso  # noqa: E402
 
 os.makedirs(iso.PRIVATE_MOUNT, exist_ok=True)
 

@@ -3,11 +3,11 @@
     python bench/placement_probe.py --tasks a,b [--layouts 6] [--max-bytes 1048576]
 
 For each TritonBench perf shape of the tasks whose inputs are under --max-bytes, the suite's own
-code is timed in this one process as fitness.timing times a side (CUDA graph over its input sets,
+code is timed in this one process as fitness.clean.timing times a side (CUDA graph over its input sets,
 L2 flushed, 21 timed regions after an untimed one), --layouts times, each time after a pad of
 random size that moves where the new side's memory begins. Three ways (WAYS): every set placed
 after the one before ("packed"), with and without the GPU held busy before each region's start
-event ("lead", fitness.timing.LEAD_CYCLES), and with fitness.timing's random pads before every set
+event ("lead", fitness.clean.timing.LEAD_CYCLES), and with fitness.clean.timing's random pads before every set
 ("spread"). Prints, per shape and way, the median over the layouts and the medians' range: what
 one process's placement alone can make of an A/A. Not a test: quote its output.
 """
@@ -25,13 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-import fitness.timing as timing  # noqa: E402
-from fitness.harness import draw_inputs, nbytes  # noqa: E402
-from fitness.script_eval import perf_case  # noqa: E402
+import fitness.clean.timing as timing  # noqa: E402
+from fitness.candidate.harness import draw_inputs, nbytes  # noqa: E402
+from fitness.engine.script_eval import perf_case  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 from suites.task import Task  # noqa: E402
 
-# (name, fitness.timing.SPREAD_BELOW_BYTES, fitness.timing.LEAD_CYCLES)
+# (name, fitness.clean.timing.SPREAD_BELOW_BYTES, fitness.clean.timing.LEAD_CYCLES)
 WAYS = (("packed", 0, 0), ("packed+lead", 0, timing.LEAD_CYCLES),
         ("spread+lead", timing.SPREAD_BELOW_BYTES, timing.LEAD_CYCLES))
 

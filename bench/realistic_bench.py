@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.evaluator_bench import bound, phase_table, run_pass, variant  # noqa: E402
 from bench.realistic.corpus import Candidate, for_interpreter, load_corpus  # noqa: E402
-from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
-from fitness.verdict import Verdict  # noqa: E402
+from fitness.engine.evaluator import EvalConfig, Evaluator  # noqa: E402
+from fitness.engine.verdict import Verdict  # noqa: E402
 from suites.registry import SuiteError, load_suite  # noqa: E402
 from suites.task import Task  # noqa: E402
 

@@ -1,5 +1,5 @@
 """What a float64 reference costs the engine on this machine (GPU if there is one): per builtin
-task, the milliseconds of each step of fitness.reference.compute over its tuning and held-out
+task, the milliseconds of each step of fitness.common.reference.compute over its tuning and held-out
 shapes, with the device synchronised after each step; then the same with N threads at once.
 
     python bench/reference_cost.py [--suite builtin] [--repeat 3] [--threads 1,4] [--load 8]
@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from fitness.harness import draw_inputs  # noqa: E402
-from fitness.reference import ReferenceCache, _float64_reference, on_meta  # noqa: E402
+from fitness.candidate.harness import draw_inputs  # noqa: E402
+from fitness.common.reference import ReferenceCache, _float64_reference, on_meta  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from evaluator_bench import variant  # noqa: E402
 
-from fitness.evaluator import EvalConfig, Evaluator  # noqa: E402
+from fitness.engine.evaluator import EvalConfig, Evaluator  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from fitness.compare import compare_tree  # noqa: E402
+from fitness.common.compare import compare_tree  # noqa: E402
 from suites.data import suite_dir  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 

@@ -23,7 +23,7 @@ from typing import IO
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import run  # noqa: E402
-from fitness import pool  # noqa: E402
+from fitness.engine import pool  # noqa: E402
 
 T0 = time.monotonic()
 TOTALS: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])

@@ -1,6 +1,6 @@
 """Where a forked child's first Triton launch goes (GPU), its kernel already in the cache:
 cProfile's top entries by cumulative time. Forked from a parent that imported torch and
-triton without touching CUDA, as fitness.zygote does. Not a test; quote its output.
+triton without touching CUDA, as fitness.process.zygote does. Not a test; quote its output.
 
     python bench/triton_first_launch.py [--top 30]
 """

@@ -9,16 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, Protocol
 
-from fitness.verdict import Verdict, geomean
+from fitness.engine.verdict import Verdict, geomean
 from suites import validation
 from suites.task import Task
 
 if TYPE_CHECKING:
-    from fitness.script_eval import ScriptReference
+    from fitness.engine.script_eval import ScriptReference
 
 
 class Validator(Protocol):
-    """What validate needs of an evaluator (fitness.evaluator.Evaluator, or a cluster's)."""
+    """What validate needs of an evaluator (fitness.engine.evaluator.Evaluator, or a cluster's)."""
 
     def validate_iter(self, tasks: list[Task], timed: bool = True) -> Iterator[Verdict]: ...
 
@@ -117,7 +117,7 @@ def _validate_pass(tasks: Mapping[str, Task], options: ValidateOptions,
 
 
 def guard_marks(ref: ScriptReference | None) -> dict:
-    """What the guard-band check (fitness.guard_bands) left on a script task's reference, for
+    """What the guard-band check (fitness.clean.guard_bands) left on a script task's reference, for
     validate's record: the benchmark inputs dropped ({index: reason}) and any it could not check."""
     if ref is None:
         return {}

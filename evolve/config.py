@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from operators.llm_client import LLMConfig as ClientConfig
 
 if TYPE_CHECKING:
-    from fitness.cluster import ClusterConfig
-    from fitness.evaluator import EvalConfig
+    from fitness.engine.cluster import ClusterConfig
+    from fitness.engine.evaluator import EvalConfig
 
 
 @dataclass(frozen=True)

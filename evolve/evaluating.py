@@ -1,11 +1,11 @@
-"""What the search needs of an evaluator (fitness.evaluator.Evaluator, or the Dask cluster's
-fitness.cluster.ClusterEvaluator): the engine depends on this, not on either class."""
+"""What the search needs of an evaluator (fitness.engine.evaluator.Evaluator, or the Dask cluster's
+fitness.engine.cluster.ClusterEvaluator): the engine depends on this, not on either class."""
 from __future__ import annotations
 
 from typing import Callable, Protocol
 
-from fitness.evaluator import UnitStats
-from fitness.verdict import Verdict
+from fitness.engine.evaluator import UnitStats
+from fitness.engine.verdict import Verdict
 from suites.task import Task
 
 

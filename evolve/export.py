@@ -21,8 +21,8 @@ from typing import Any, Callable
 from archives.archive import Archive
 from archives.metrics import best_kernel, rank
 from archives.records import Candidate
-from fitness.launch_configs import KernelConfig
-from fitness.verdict import geomean, untimeable_start
+from fitness.engine.launch_configs import KernelConfig
+from fitness.engine.verdict import geomean, untimeable_start
 
 HEADER = "# triton-evolve export:"
 Retimer = Callable[[str, str], "float | None"]

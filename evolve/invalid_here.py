@@ -6,7 +6,7 @@ and error), not the search's state: the search, and tests of a resumed run, ask 
 from __future__ import annotations
 
 from archives.records import Candidate
-from fitness.verdict import untimeable_start
+from fitness.engine.verdict import untimeable_start
 
 INVALID_HERE = "invalid-here"  # the evaluator's flag: the task's reference fails on this machine
 

@@ -2,7 +2,7 @@
 
 Every `every`-th evaluation a searching command submits, the starting kernel of that
 evaluation's task is timed once more, against itself: the baseline child runs the same kernel
-(fitness.judges: the suite's kernel for script tasks, the starting kernel for function tasks).
+(fitness.engine.judges: the suite's kernel for script tasks, the starting kernel for function tasks).
 The ratio's distance from 1 is the noise a candidate's speedup carries under the search's own
 load (correctness children compiling and running beside the measuring turn). The archive keeps
 each sentinel (table `sentinels`); the command's closing line and the report give the median

@@ -32,7 +32,7 @@ class Session:
         self.archive, self.run_id, self.tasks, self.evaluator, self.run = archive, run_id, tasks, evaluator, run
         self.stop = threading.Event()
         self.progress = progress
-        # candidates in flight: every slot of every evaluation unit (fitness.evaluator.slots_per_unit)
+        # candidates in flight: every slot of every evaluation unit (fitness.engine.evaluator.slots_per_unit)
         self.evals = ThreadPoolExecutor(evaluator.parallelism, thread_name_prefix="evaluate")
         self.sentinels = Sentinels(run.aa_every, archive, run_id, evaluator, self.evals, self.stop)
         self.ends: dict[str, TaskEnd] = {}

@@ -42,7 +42,7 @@ from evolve.population import Kernel
 from evolve.progress import Evaluated, Event, GenerationDone
 from evolve.stopping import at_roofline, saved_calls, stalled
 from evolve.task_end import Halt, TaskEnd  # re-exported (__all__)
-from fitness.verdict import Verdict
+from fitness.engine.verdict import Verdict
 from operators.base import Child, Context, Exhausted, Parent, Pending, WeightedOperator
 from operators.shape_facts import median_baselines
 from suites.task import Task

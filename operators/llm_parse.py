@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from fitness.static_gate import defines
+from fitness.engine.static_gate import defines
 from suites.ast_lock import parse
 
 MAX_RESPONSE_CHARS = 200_000  # a kernel module is a few KB; anything this long is a runaway answer

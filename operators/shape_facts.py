@@ -3,14 +3,14 @@ the roofline the kernel runs there, whether launch overhead bounds it, and its s
 baseline time that holds still across the run (a timing's own baseline wanders with the GPU's
 clocks, so attempts timed at different moments would not compare).
 
-A timing row is the evaluator's per-shape dict (fitness/measuring.py `_row`, with `floor_ms`
-from fitness/verdict.py `speedup_from_rows`)."""
+A timing row is the evaluator's per-shape dict (fitness/engine/measuring.py `_row`, with `floor_ms`
+from fitness/engine/verdict.py `speedup_from_rows`)."""
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
 
-from fitness.verdict import geomean
+from fitness.engine.verdict import geomean
 
 LAUNCH_BOUND_MS = 0.010  # under ~10 us a call's time is mostly launch overhead
 

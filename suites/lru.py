@@ -1,5 +1,5 @@
 """A cache of values by key, bounded in bytes (and, where asked, in count), least recently used
-dropped first: the engine's references and oracles (fitness.reference, fitness.measuring) and a
+dropped first: the engine's references and oracles (fitness.common.reference, fitness.engine.measuring) and a
 TritonBench child's whole draws (suites.tritonbench)."""
 from __future__ import annotations
 

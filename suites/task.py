@@ -42,7 +42,7 @@ class Task:
     shapes: ShapeSet  # GPU-sized
     dtypes: tuple[str, ...]  # the dtype(s) the task is posed in, e.g. ("float16", "bfloat16")
     # per *output* dtype: (atol, rtol), an element passes when |out-ref| <= atol + rtol*|ref|; or
-    # {metric: bound}, the whole tensor is judged (fitness.metric_tolerance; user tasks only)
+    # {metric: bound}, the whole tensor is judged (fitness.common.metric_tolerance; user tasks only)
     tolerance: dict[str, Any]
     # cost(shape, dtype) -> (bytes moved, flops) for one call: the roofline floor
     cost: Callable[[Shape, str], tuple[float, float]]
@@ -65,7 +65,7 @@ class Task:
     # input distributions beside the task's own (VARIANTS' names) where the reference stays finite
     # and the task's tolerance still means what it says: an unsafe shortcut (softmax without the
     # max, a one-pass variance) passes on one distribution, not on all. Each evaluation cycles
-    # its untimed cases through them (fitness.judges)
+    # its untimed cases through them (fitness.engine.judges)
     variants: tuple[str, ...] = ("scaled", "offset")
     # positions of the inputs the variants change; None: every floating-point tensor (a table of
     # cosines, a scale vector, may be left as drawn)

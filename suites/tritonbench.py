@@ -169,7 +169,7 @@ class TritonBenchRunner(ScriptRunner):
     def _whole_draw(self, key: tuple) -> list:
         """Every input of one seed, for a perf file without a layout (meta tensors failed): it
         makes them all at each draw, so a draw is kept for the other shapes asked of the same seed
-        (fitness.measuring gives a task's shapes the same seeds) while the kept ones are small.
+        (fitness.engine.measuring gives a task's shapes the same seeds) while the kept ones are small.
         Made on the host, as the layout was: on the device a suite's 20 GB of inputs stayed in a
         long-lived child's allocator."""
         if key in self._whole:

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from fitness.metric_tolerance import METRICS, parse_metrics
+from fitness.common.metric_tolerance import METRICS, parse_metrics
 from suites.ast_lock import parse
 from suites.registry import SuiteError, SuiteTasks, suite_names
 from suites.task import ShapeSet, Task
@@ -268,7 +268,7 @@ def _shape_set(given: Any, key: str, path: Path, plain: frozenset[str] = frozens
 
 def _tolerance(ns: dict, path: Path) -> dict[str, Any]:
     """{dtype: (atol, rtol) or {metric: bound}}: metrics named at the top level ({"cosine": 0.999})
-    judge every output as a whole tensor (fitness.metric_tolerance); a dtype's entry wins."""
+    judge every output as a whole tensor (fitness.common.metric_tolerance); a dtype's entry wins."""
     given = ns.get("TOLERANCE", {})
     if not isinstance(given, dict):
         raise SuiteError(f"{path}: TOLERANCE must be a dict {{output dtype: (atol, rtol)}} or {{metric: bound}}")

@@ -41,7 +41,7 @@ def read(path: Path) -> dict:
 
 def entry(verdict, weak: bool, marks: dict | None = None) -> dict:
     """The record's entry for one task; `marks`: more it keeps (a script task's benchmark inputs
-    dropped by the guard-band check, fitness.guard_bands), only when there are any."""
+    dropped by the guard-band check, fitness.clean.guard_bands), only when there are any."""
     invalid = "invalid-here" in verdict.flags or not verdict.passed
     return {"status": INVALID if invalid else VALID, "reason": "" if not invalid else short_reason(verdict.reason),
             "weak_test": weak, "stage": verdict.stage, "speedup": verdict.speedup, **(marks or {})}

@@ -21,7 +21,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def evaluator():
     """One evaluator for the session: workers are expensive to start (they import torch)."""
-    from fitness.evaluator import EvalConfig, Evaluator
+    from fitness.engine.evaluator import EvalConfig, Evaluator
 
     ev = Evaluator(EvalConfig(workers=2, timeout_s=float(os.environ.get("TE_TEST_TIMEOUT", "40")), trials=5,
                               mem_limit_gb=8))

@@ -6,7 +6,7 @@ import pytest
 from archives.archive import SCHEMA_VERSION, Archive, ArchiveError
 from archives.codehash import code_hash
 from archives.records import LLM_COLUMNS, Draft
-from fitness.verdict import Verdict
+from fitness.engine.verdict import Verdict
 
 
 def test_tables_wal_and_schema_version(tmp_path):

@@ -1,4 +1,4 @@
-"""A child's calls of a script task's cases (fitness.child_script), in a real child process under
+"""A child's calls of a script task's cases (fitness.process.child_script), in a real child process under
 the Triton interpreter: the first call counts unless it autotuned."""
 import json
 import os
@@ -37,12 +37,12 @@ SCRIPT = '''
 import json, sys
 import torch
 import torch._dynamo  # as the zygote: on import it re-wraps torch functions (manual_seed, ...)
-from fitness.harness import LaunchHook, Snapshot
+from fitness.candidate.harness import LaunchHook, Snapshot
 hook = LaunchHook()
 hook.install()
-from fitness.child import Child
-from fitness.compare import compare_tree
-from fitness.script_eval import perf_case, test_case
+from fitness.process.child import Child
+from fitness.common.compare import compare_tree
+from fitness.engine.script_eval import perf_case, test_case
 child = Child(hook, Snapshot(hook))
 spec = {"suite": "tritonbench", "name": "scale_add", "path": sys.argv[1]}
 task = child.task(spec)

@@ -1,4 +1,4 @@
-"""Evaluation on a real Dask cluster on loopback (fitness.cluster), CPU units under the Triton
+"""Evaluation on a real Dask cluster on loopback (fitness.engine.cluster), CPU units under the Triton
 interpreter: a search through the cluster makes the same candidates and verdicts as a local one;
 a unit SIGKILLed mid-run loses no evaluation; a candidate that kills every unit it reaches is
 failed after the scheduler's allowed attempts and the cluster goes on; the SLURM job a user
@@ -17,8 +17,8 @@ import pytest
 distributed = pytest.importorskip("distributed")
 dask = pytest.importorskip("dask")
 
-from fitness.cluster import RESOURCE, ClusterConfig, ClusterEvaluator, slurm_cluster  # noqa: E402
-from fitness.evaluator import EvalConfig, slots_per_unit  # noqa: E402
+from fitness.engine.cluster import RESOURCE, ClusterConfig, ClusterEvaluator, slurm_cluster  # noqa: E402
+from fitness.engine.evaluator import EvalConfig, slots_per_unit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [sys.executable, str(ROOT / "run.py")]

@@ -1,6 +1,6 @@
 import torch
 
-from fitness.compare import compare_outputs
+from fitness.common.compare import compare_outputs
 
 TOL = {"float32": (1e-6, 1e-5), "float16": (1e-3, 1e-3), "int8": (1, 0)}
 
@@ -57,7 +57,7 @@ def test_integer_outputs_are_exact_whatever_the_tolerance_says():
 def test_tree_compare_walks_every_leaf_and_matches_the_references_nans():
     import torch
 
-    from fitness.compare import compare_outputs, compare_tree, is_weak
+    from fitness.common.compare import compare_outputs, compare_tree, is_weak
 
     tol = {"float32": (1e-3, 1e-3)}
     ref = {"a": [torch.tensor([1.0, float("nan")]), {"n": 3, "s": 2.5}], "b": (True, "x")}
@@ -76,7 +76,7 @@ def test_tree_compare_walks_every_leaf_and_matches_the_references_nans():
 
 
 def test_on_device_copies_every_tensor_of_a_tree_and_keeps_its_shape():
-    from fitness.compare import on_device
+    from fitness.common.compare import on_device
     a, b = torch.ones(2), torch.zeros(3)
     tree = [{"outputs": [a, (b, 5)], "torch_elements": 7}, None]
     moved = on_device(tree, "meta")
@@ -86,7 +86,7 @@ def test_on_device_copies_every_tensor_of_a_tree_and_keeps_its_shape():
 
 
 def test_a_comparison_the_device_has_no_room_for_is_made_on_the_host_with_the_same_answer():
-    from fitness.compare import compare_tree, compare_where_room
+    from fitness.common.compare import compare_tree, compare_where_room
 
     ref = {"y": torch.randn(64), "n": 3}
     bad = {"y": ref["y"].clone(), "n": 3}

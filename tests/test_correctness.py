@@ -1,4 +1,4 @@
-"""fitness/correctness.py: the correctness stage's schedule, on CPU (Triton interpreter)."""
+"""fitness/engine/correctness.py: the correctness stage's schedule, on CPU (Triton interpreter)."""
 import time
 
 

@@ -6,10 +6,10 @@ import random
 import pytest
 import torch
 
-from fitness.compare import compare_outputs, compare_tree, same_layout
-from fitness.judges import FunctionJudge, assign_variants
-from fitness.reference import compare_case, compute, on_meta
-from fitness.verdict import Verdict
+from fitness.common.compare import compare_outputs, compare_tree, same_layout
+from fitness.common.reference import compare_case, compute, on_meta
+from fitness.engine.judges import FunctionJudge, assign_variants
+from fitness.engine.verdict import Verdict
 from suites.registry import load_suite
 from suites.task import (
     OFFSET,

@@ -1,11 +1,11 @@
-"""Where a script task's timed inputs are drawn (fitness.harness.draw_inputs), and where the
-engine compares the timed outputs (fitness.compare.compare_tree_on)."""
+"""Where a script task's timed inputs are drawn (fitness.candidate.harness.draw_inputs), and where the
+engine compares the timed outputs (fitness.common.compare.compare_tree_on)."""
 import pytest
 import torch
 
-from fitness.compare import compare_tree, compare_tree_on
-from fitness.harness import draw_inputs
-from fitness.script_eval import perf_case
+from fitness.candidate.harness import draw_inputs
+from fitness.common.compare import compare_tree, compare_tree_on
+from fitness.engine.script_eval import perf_case
 from suites.registry import load_suite
 from tests.suite_fixtures import SCALE_ADD, SCALE_ADD_TEST, perf_file, write_tritonbench
 

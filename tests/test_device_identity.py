@@ -15,7 +15,7 @@ from archives.archive import Archive
 from archives.records import Draft
 from evolve.device_identity import RETIME_FLAG, check_devices, device_model, machine_devices, retime_elsewhere
 from evolve.task_search import known_invalid
-from fitness.verdict import TIMING_FAILED, Verdict
+from fitness.engine.verdict import TIMING_FAILED, Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [sys.executable, str(ROOT / "run.py")]

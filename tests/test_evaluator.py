@@ -1,4 +1,4 @@
-"""fitness/evaluator.py: what a verdict records about where its time went (the cascade itself is
+"""fitness/engine/evaluator.py: what a verdict records about where its time went (the cascade itself is
 covered by the exploit, suite and search tests)."""
 
 

@@ -179,7 +179,7 @@ result_gold = test_scale_add()
 @pytest.mark.slow
 def test_cli_no_llm_call_for_a_task_whose_reference_fails_here(tmp_path):
     """A TritonBench-layout task whose reference raises (a user task's reference that raises stops
-    the CPU engine itself: fitness.reference.compute, reported to its owner), searched with the LLM
+    the CPU engine itself: fitness.common.reference.compute, reported to its owner), searched with the LLM
     operators against the local server, then resumed for another generation."""
     from tests.suite_fixtures import SCALE_ADD, perf_file, write_tritonbench
 

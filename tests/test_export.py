@@ -5,7 +5,7 @@ from concurrent.futures import Future
 from archives.archive import Archive
 from evolve.export import export
 from evolve.task_search import SearchConfig, Shared, TaskSearch
-from fitness.launch_configs import KernelConfig
+from fitness.engine.launch_configs import KernelConfig
 from operators.registry import knob_operators
 from tests.test_task_search import FakeEvaluator, Untimeable, search
 

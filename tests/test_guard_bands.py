@@ -1,4 +1,4 @@
-"""fitness/guard_bands.py: a suite reference run again with poison around its inputs, so that one
+"""fitness/clean/guard_bands.py: a suite reference run again with poison around its inputs, so that one
 that reads or writes outside them is named (here on torch calls, and through validate on Triton
 kernels under the interpreter in real reference children)."""
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fitness.guard_bands import GUARD_MIN_BYTES, READS, UNREPRODUCIBLE, WRITES, check_case, guard, guard_args
+from fitness.clean.guard_bands import GUARD_MIN_BYTES, READS, UNREPRODUCIBLE, WRITES, check_case, guard, guard_args
 from suites.script import seed_all
 from suites.task import to_device
 from tests.suite_fixtures import SCALE_ADD, SCALE_ADD_TEST, perf_file, write_tritonbench

@@ -1,8 +1,8 @@
-"""fitness/judges.py: what each kind of task decides, without a worker."""
-from fitness.evaluator import EvalConfig, Evaluator
-from fitness.judges import FunctionJudge, ScriptJudge, judge_for
-from fitness.static_gate import allowance
-from fitness.verdict import TIMING_BIASED, TIMING_FAILED, Verdict, biased_aa, untimeable_start
+"""fitness/engine/judges.py: what each kind of task decides, without a worker."""
+from fitness.engine.evaluator import EvalConfig, Evaluator
+from fitness.engine.judges import FunctionJudge, ScriptJudge, judge_for
+from fitness.engine.static_gate import allowance
+from fitness.engine.verdict import TIMING_BIASED, TIMING_FAILED, Verdict, biased_aa, untimeable_start
 from suites.tritonbench import load as load_tritonbench
 from tests.suite_fixtures import write_tritonbench
 

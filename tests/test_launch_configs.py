@@ -1,4 +1,4 @@
-"""fitness/launch_configs.py: a timed trace's kernels named with the config they were built with.
+"""fitness/engine/launch_configs.py: a timed trace's kernels named with the config they were built with.
 The kernels are really compiled, for an H100 (sm_90), by Triton's own compiler: that needs no
 GPU, only Triton's bundled ptxas."""
 import json
@@ -12,10 +12,10 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from fitness.compiled import describe_compiled
-from fitness.launch_configs import KernelConfig, describe, timed_configs, trace_configs
-from fitness.trace import Recorder
-from fitness.verdict import Verdict
+from fitness.candidate.recorder import Recorder
+from fitness.clean.compiled import describe_compiled
+from fitness.engine.launch_configs import KernelConfig, describe, timed_configs, trace_configs
+from fitness.engine.verdict import Verdict
 from tests.test_timing_schedule import CASE, StandIn, stand_in_evaluator
 
 

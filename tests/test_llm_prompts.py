@@ -13,8 +13,8 @@ import torch
 from archives.archive import Archive
 from evolve.llm_setup import saved_text
 from evolve.task_search import Halt, SearchConfig, Shared, TaskSearch
-from fitness.trials import timed_row
-from fitness.verdict import Verdict, speedup_from_rows
+from fitness.engine.trials import timed_row
+from fitness.engine.verdict import Verdict, speedup_from_rows
 from operators.llm_client import LLMClient, LLMConfig
 from operators.llm_exchange import Exchange, import_answers
 from operators.registry import LLMSetup, llm_operators

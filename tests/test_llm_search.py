@@ -6,7 +6,7 @@ from concurrent.futures import Future
 
 from archives.archive import Archive
 from evolve.task_search import SearchConfig, Shared, TaskSearch
-from fitness.verdict import Verdict
+from fitness.engine.verdict import Verdict
 from operators.llm_client import LLMClient, LLMConfig
 from operators.registry import LLMSetup, llm_operators
 from operators.retrieval import Retriever, corpus_from_suites

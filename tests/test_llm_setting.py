@@ -18,7 +18,7 @@ from archives.archive import Archive
 from evolve.config import RunConfig
 from evolve.llm_setup import corpus_suites
 from evolve.task_search import SearchConfig, Shared, TaskSearch
-from fitness.verdict import Verdict
+from fitness.engine.verdict import Verdict
 from operators.base import Context
 from operators.llm_client import LLMClient, LLMConfig
 from operators.llm_ops import LLMMutate

@@ -1,12 +1,12 @@
-"""fitness/pool.py + fitness/zygote.py: a fresh child per conversation, watched from outside.
+"""fitness/engine/pool.py + fitness/process/zygote.py: a fresh child per conversation, watched from outside.
 The candidates here go straight to a child (no static gate), as one that slipped past it would."""
 import os
 import time
 
 import pytest
 
-from fitness.pool import WorkerFailure, WorkerPool
-from fitness.sandbox import detect
+from fitness.engine.pool import WorkerFailure, WorkerPool
+from fitness.engine.sandbox import detect
 
 SPEC = {"suite": "builtin", "name": "softmax", "path": None}
 
@@ -59,7 +59,7 @@ def test_exhausting_file_descriptors_hurts_only_the_candidate(pool):
 
 
 def test_a_reply_the_candidate_forged_is_refused(pool):
-    forged = ("import sys\nfrom fitness import protocol\n"
+    forged = ("import sys\nfrom fitness.process import protocol\n"
               "for fd in range(3, 64):\n    try:\n        protocol.send(fd, {'stage': 'call', 'nonce': 'x'})\n"
               "    except OSError:\n        pass\n")
     with pytest.raises(WorkerFailure):
@@ -82,7 +82,7 @@ def test_a_candidate_child_reads_the_shared_triton_cache_and_writes_only_its_own
     purpose, never lands in the shared cache."""
     from triton.runtime.cache import _base32
 
-    from fitness.sandbox import clean_cache_dir
+    from fitness.engine.sandbox import clean_cache_dir
 
     cache = tmp_path / "cache"
     shared = clean_cache_dir(str(cache))  # what the clean children write
@@ -129,7 +129,7 @@ def test_a_spare_child_is_started_ahead_and_still_serves_one_conversation_only()
 
 
 def test_a_candidates_child_runs_at_a_lower_priority_than_a_timing_child():
-    from fitness.isolation import CANDIDATE_NICE
+    from fitness.process.isolation import CANDIDATE_NICE
     base = os.nice(0)
     pools = {clean: WorkerPool(1, detect(True), True, 4 << 30, clean=clean) for clean in (False, True)}
     try:

@@ -7,7 +7,7 @@ import socket
 import pytest
 import torch
 
-from fitness import protocol
+from fitness.process import protocol
 
 
 def roundtrip(msg):
@@ -62,7 +62,7 @@ def test_a_tensor_larger_than_the_pipe_and_the_read_chunk_arrives_whole_and_writ
     assert not torch.equal(got[0], big)
 
 
-# -- large tensors as sealed memory files (fitness.shared_blob), over a Unix socket -------------
+# -- large tensors as sealed memory files (fitness.process.shared_blob), over a Unix socket -------------
 def socket_roundtrip(msg):
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with a, b:

@@ -34,7 +34,7 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tb_eval(data):
-    from fitness.evaluator import EvalConfig, Evaluator
+    from fitness.engine.evaluator import EvalConfig, Evaluator
 
     ev = Evaluator(EvalConfig(workers=1, timeout_s=60, mem_limit_gb=8, suite_path=str(data / "tritonbench")))
     yield ev
@@ -154,7 +154,7 @@ def test_validate_records_invalid_here_and_weak_tests(data, tmp_path):
 
 @pytest.mark.slow
 def test_rocm_pytest_style_tests_run_without_pytest(data):
-    from fitness.evaluator import EvalConfig, Evaluator
+    from fitness.engine.evaluator import EvalConfig, Evaluator
 
     task = load_suite("rocm", str(data))["double"]
     assert task.entry == "double_kernel"
@@ -168,7 +168,7 @@ def test_rocm_pytest_style_tests_run_without_pytest(data):
 
 @pytest.mark.slow
 def test_kernelbench_modelnew_against_model(data):
-    from fitness.evaluator import EvalConfig, Evaluator
+    from fitness.engine.evaluator import EvalConfig, Evaluator
 
     tasks = load_suite("kernelbench", str(data))
     assert sorted(tasks) == ["L1_1_Scaled_ReLU", "L2_2_Scaled_ReLU", "L3_3_Scaled_ReLU"]

@@ -1,4 +1,4 @@
-"""fitness/reaper.py: a sweep kills only what it proves to be the candidate's (pids are reused
+"""fitness/process/reaper.py: a sweep kills only what it proves to be the candidate's (pids are reused
 within seconds here: pid_max 32768), and everything that is."""
 import os
 import subprocess
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from fitness import reaper
+from fitness.process import reaper
 
 pytestmark = pytest.mark.slow  # starts subprocesses
 

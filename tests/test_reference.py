@@ -1,4 +1,4 @@
-"""fitness/reference.py: float64 references, computed once per case however many ask at once."""
+"""fitness/common/reference.py: float64 references, computed once per case however many ask at once."""
 import dataclasses
 import threading
 import time
@@ -6,8 +6,8 @@ import time
 import pytest
 import torch
 
-import fitness.reference as reference
-from fitness.reference import ReferenceCache
+import fitness.common.reference as reference
+from fitness.common.reference import ReferenceCache
 
 CASE = {"split": "tuning", "shape": {"M": 4, "N": 8}, "dtype": "float32", "seed": 0}
 

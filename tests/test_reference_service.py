@@ -1,15 +1,15 @@
-"""fitness/reference_service.py: references and comparisons in clean reference children (on a
+"""fitness/engine/reference_service.py: references and comparisons in clean reference children (on a
 GPU machine; here their CPU twin), with the engine computing only where no child answers."""
 import pytest
 import torch
 
-from fitness.compare import compare_outputs
-from fitness.evaluator import EvalConfig, Evaluator
-from fitness.harness import draw_inputs
-from fitness.pool import WorkerPool
-from fitness.reference import ReferenceCache
-from fitness.reference_service import ReferenceService
-from fitness.sandbox import detect
+from fitness.candidate.harness import draw_inputs
+from fitness.common.compare import compare_outputs
+from fitness.common.reference import ReferenceCache
+from fitness.engine.evaluator import EvalConfig, Evaluator
+from fitness.engine.pool import WorkerPool
+from fitness.engine.reference_service import ReferenceService
+from fitness.engine.sandbox import detect
 
 
 def spec(task):

@@ -14,7 +14,7 @@ import pytest
 from archives.archive import Archive
 from archives.records import Draft, RunStatus
 from archives.report import build
-from fitness.verdict import Verdict
+from fitness.engine.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [sys.executable, str(ROOT / "run.py")]

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from fitness.sandbox import MAX_CONNECTIONS, _needed_paths, detect, worker_env
+from fitness.engine.sandbox import MAX_CONNECTIONS, _needed_paths, detect, worker_env
 
 
 def test_disabled_sandbox_says_so():
@@ -19,7 +19,7 @@ def test_python_and_checkout_are_kept_visible():
 @pytest.mark.skipif(not detect().isolated, reason=detect().description)
 def test_sandboxed_python_imports_the_project_and_has_no_network():
     sb = detect()
-    ok = subprocess.run(sb.wrap([sys.executable, "-c", "import torch, fitness.child"]), capture_output=True,
+    ok = subprocess.run(sb.wrap([sys.executable, "-c", "import torch, fitness.process.child"]), capture_output=True,
                         text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     probe = "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 22), 2)\nexcept OSError as e:\n" \

@@ -1,4 +1,4 @@
-"""fitness/script_eval.py: a script task's reference results, computed once per task."""
+"""fitness/engine/script_eval.py: a script task's reference results, computed once per task."""
 import threading
 import time
 from types import SimpleNamespace
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fitness.pool import Cancelled
-from fitness.script_eval import ScriptReferences
+from fitness.engine.pool import Cancelled
+from fitness.engine.script_eval import ScriptReferences
 
 
 class SlowPool:
@@ -56,7 +56,7 @@ class PerfPool:
 
 
 def test_benchmark_inputs_too_large_to_draw_for_every_candidate_are_not_timed():
-    from fitness.script_eval import MAX_TIMED_BYTES, timing_inputs
+    from fitness.engine.script_eval import MAX_TIMED_BYTES, timing_inputs
 
     big, small = MAX_TIMED_BYTES + 1, 1 << 20
     assert timing_inputs([small, big, 0, big]) == [0, 2]
@@ -72,7 +72,7 @@ def test_benchmark_inputs_too_large_to_draw_for_every_candidate_are_not_timed():
 
 class GuardPool:
     """A GPU worker's reference reply: a full test, ten benchmark inputs, and the guard-band
-    check's findings (fitness.guard_bands) for the inputs in `unstable`."""
+    check's findings (fitness.clean.guard_bands) for the inputs in `unstable`."""
 
     def __init__(self, unstable: dict):
         self.unstable, self.guard_requests = unstable, []

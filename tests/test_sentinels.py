@@ -8,7 +8,7 @@ from archives.archive import Archive
 from archives.metrics import aa_noise
 from evolve.sentinels import Sentinels
 from evolve.session import session_line
-from fitness.verdict import Verdict
+from fitness.engine.verdict import Verdict
 
 
 class TimingStandIn:

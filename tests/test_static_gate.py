@@ -1,6 +1,6 @@
 import pytest
 
-from fitness.static_gate import MAX_SOURCE_BYTES, check_source
+from fitness.engine.static_gate import MAX_SOURCE_BYTES, check_source
 
 GOOD = '''
 import torch
@@ -85,7 +85,7 @@ def test_every_parse_of_ours_goes_through_the_lock_and_nothing_patches_ast():
                     isinstance(node.value, ast.Name) and node.value.id == "ast":
                 direct.append(f"{path.relative_to(root)}:{node.lineno}")
     assert direct == []
-    code = ("import ast; p = ast.parse; import run, evolve.runner, fitness.evaluator, operators.registry, "
+    code = ("import ast; p = ast.parse; import run, evolve.runner, fitness.engine.evaluator, operators.registry, "
             "archives.report; print(ast.parse is p)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
     assert out.strip() == "True"

@@ -7,7 +7,7 @@ from concurrent.futures import Future
 from archives.archive import Archive
 from archives.codehash import code_hash
 from evolve.task_search import START_ISLAND, SearchConfig, Shared, TaskSearch
-from fitness.verdict import TIMING_FAILED, Verdict
+from fitness.engine.verdict import TIMING_FAILED, Verdict
 from operators.knobs import find_knobs
 from operators.registry import knob_operators
 

@@ -1,8 +1,8 @@
-"""One side of a GPU timing (fitness.timing): what a timed region does when the call cannot be captured."""
+"""One side of a GPU timing (fitness.clean.timing): what a timed region does when the call cannot be captured."""
 import pytest
 import torch
 
-from fitness.timing import TimedSide
+from fitness.clean.timing import TimedSide
 
 
 def _uncapturable_with_random_draws(x: torch.Tensor) -> torch.Tensor:
@@ -86,7 +86,7 @@ class _CountingSide:
 @pytest.mark.parametrize("region_ms, ran", [(None, [5, 4, 5, 6]), (0.2, [5, 4, 5, 6]), (5.0, [4, 5, 6])],
                          ids=["unknown", "short", "long"])
 def test_a_request_of_short_regions_runs_one_untimed_on_the_other_draw_first(region_ms, ran):
-    from fitness.child_timing import PreparedSides
+    from fitness.clean.child_timing import PreparedSides
     sides = PreparedSides()
     sides.side = _CountingSide(region_ms)
     reply = sides.trial({"k": 0, "passes": 1, "reps": 3, "rots": [4, 5, 6]})
@@ -97,7 +97,7 @@ def test_an_expanded_input_is_refilled_whole_and_a_plain_one_element_by_element(
     """TritonBench multinomial_sampling passes `arange(n).expand(b, n)`: a stride of 0, which
     torch refuses to write element by element ('more than one element ... refers to a single
     memory location'); the sets keep that layout (to_device), so it takes the draw's memory whole."""
-    from fitness.timing import _fill
+    from fitness.clean.timing import _fill
     from suites.task import to_device
 
     def draw(k):

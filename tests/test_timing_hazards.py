@@ -1,6 +1,6 @@
-"""fitness/timing_hazards.py: what in a baseline's source makes its call time unlike the replay of
+"""fitness/engine/timing_hazards.py: what in a baseline's source makes its call time unlike the replay of
 its kernels, named from the source alone."""
-from fitness.timing_hazards import timing_hazards
+from fitness.engine.timing_hazards import timing_hazards
 
 PRINTING = '''
 import torch, triton, triton.language as tl

@@ -1,19 +1,19 @@
-"""fitness/measuring.py: the timing schedule, on CPU: what happens outside the measuring turn and
+"""fitness/engine/measuring.py: the timing schedule, on CPU: what happens outside the measuring turn and
 what inside, the baseline's prepared sides reused per epoch of draws, and the checks a timing
-must pass. The children are stand-ins that answer the timing requests as fitness.child does
+must pass. The children are stand-ins that answer the timing requests as fitness.process.child does
 (no GPU here); the outputs they report are the task's own reference on the draws they were given."""
 import contextlib
 import time
 
 import pytest
 
-import fitness.measuring as measuring
-from fitness.evaluator import EvalConfig, Evaluator
-from fitness.gpu_busy import BusyProbe
-from fitness.harness import draw_inputs
-from fitness.measuring import TRIAL_REPS, MeasuringTurn
-from fitness.timing import draws_for, fresh_seed_of
-from fitness.verdict import Verdict
+import fitness.engine.measuring as measuring
+from fitness.candidate.harness import draw_inputs
+from fitness.clean.timing import draws_for, fresh_seed_of
+from fitness.engine.evaluator import EvalConfig, Evaluator
+from fitness.engine.gpu_busy import BusyProbe
+from fitness.engine.measuring import TRIAL_REPS, MeasuringTurn
+from fitness.engine.verdict import Verdict
 from suites.script import to_wire
 
 CASE = {"split": "tuning", "shape": {"M": 4, "N": 8}, "dtype": "float32", "seed": 1}
@@ -245,7 +245,7 @@ def test_a_region_is_repeated_only_when_one_pass_over_its_sets_evicts_the_l2(ev,
 
 
 def test_passes_for_keeps_one_pass_while_the_sets_fit_twice_in_the_l2():
-    from fitness.timing import passes_for
+    from fitness.clean.timing import passes_for
     assert passes_for(n_sets=64, in_bytes=1 << 20, t_one_ms=0.005, l2_bytes=50 << 20) == 1
     # H100 softmax 4096x1024 fp32: 14 sets of 16 MiB, 14 us each, a 1 ms region needs 5 passes
     assert passes_for(n_sets=14, in_bytes=16 << 20, t_one_ms=0.0143, l2_bytes=50 << 20) == 5
@@ -290,7 +290,7 @@ def test_a_noisy_shape_far_from_parity_stops_at_the_fewest_trials_and_is_not_tim
 def test_where_the_baseline_is_the_oracle_its_outputs_are_taken_once_per_epoch(ev, builtin, monkeypatch):
     """Script tasks: the timed outputs are checked against the baseline's on the same sets;
     those are taken once per epoch, and every candidate is checked after its turn."""
-    from fitness.compare import compare_tree
+    from fitness.common.compare import compare_tree
     task = builtin["softmax"]
     judge = ev.judge(task)
     monkeypatch.setattr(type(judge), "oracle_is_baseline", True)
@@ -330,7 +330,7 @@ def test_a_baseline_that_strays_from_its_kept_trials_is_timed_fully_again(ev, bu
 
 
 def test_a_stopping_run_does_not_wait_for_the_measuring_turn(ev, builtin):
-    from fitness.pool import Cancelled
+    from fitness.engine.pool import Cancelled
     task = builtin["softmax"]
     replay = StandIn(task)
     v = Verdict(task=task.name, stage="correct", correct=True, heldout_correct=True)
@@ -438,7 +438,7 @@ def test_while_one_baseline_child_prepares_a_new_task_the_turn_serves_a_task_of_
 
 
 def test_a_slow_kernel_gets_a_region_of_a_few_sets_and_a_fast_one_still_spans_twice_the_l2():
-    from fitness.timing import REGION_CAP_MS, n_sets_for
+    from fitness.clean.timing import REGION_CAP_MS, n_sets_for
     l2 = 50 << 20
     # H100 cross_entropy2: 4.2 ms a call on small inputs had 64 sets (270 ms a region, eager)
     assert n_sets_for(in_bytes=1 << 20, t_one_ms=4.2, l2_bytes=l2) == 2

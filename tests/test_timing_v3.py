@@ -6,12 +6,12 @@ CPU; the measuring turn runs with the stand-in children of tests/test_timing_sch
 import pytest
 import torch
 
-import fitness.measuring as measuring
-from fitness.gpu_busy import BusyProbe, Sample, busy_note
-from fitness.measuring import TRIAL_REPS, unwritten_as
-from fitness.timing import TimedSide, assignment, draws_for, scramble_targets
-from fitness.trials import Draws, check_plan
-from fitness.verdict import Verdict
+import fitness.engine.measuring as measuring
+from fitness.clean.timing import TimedSide, assignment, draws_for, scramble_targets
+from fitness.engine.gpu_busy import BusyProbe, Sample, busy_note
+from fitness.engine.measuring import TRIAL_REPS, unwritten_as
+from fitness.engine.trials import Draws, check_plan
+from fitness.engine.verdict import Verdict
 from tests.test_timing_schedule import CASE, StandIn, stand_in_evaluator
 
 
@@ -83,7 +83,7 @@ class _OutputMemo:
 
 @pytest.mark.parametrize("scrambled", [True, False])
 def test_a_kernel_that_finds_its_last_answer_in_its_outputs_computes_every_pass(scrambled, monkeypatch):
-    import fitness.timing as timing
+    import fitness.clean.timing as timing
     if not scrambled:  # the hole: passes repeat into the same output buffers
         monkeypatch.setattr(timing, "scramble", lambda views: None)
     memo = _OutputMemo()
@@ -251,7 +251,7 @@ def test_where_the_gpu_s_processes_cannot_be_read_the_verdict_says_so_and_keeps_
 
 
 def test_nvml_missing_is_a_reason_not_an_error(monkeypatch):
-    import fitness.gpu_busy as gpu_busy
+    import fitness.engine.gpu_busy as gpu_busy
 
     def no_lib():
         raise OSError("no libnvidia-ml here")
@@ -300,7 +300,7 @@ def test_a_table_of_answers_hits_on_a_rotated_pool_and_never_on_fresh_draws():
 def test_fresh_trials_are_keyed_alike_on_both_sides_and_the_checked_one_is_fresh_too():
     """Were the checked trial on the pool (which the warm-ups show the kernel), a kernel could
     compute only for inputs it has seen and skip the rest: its key is the epoch's, as new as any."""
-    from fitness.timing import fresh_seed_of
+    from fitness.clean.timing import fresh_seed_of
     d = Draws(n=3, check_rot=1, picks=[0], check_at=2, fresh_base=1000, check_key=77)
     c, b = d.request("c", 0, 3), d.request("b", 0, 3)
     assert c["fresh"] == [1000, 1001, 77] and b["fresh"] == [1000, 1001, 1002]
@@ -313,7 +313,7 @@ def test_fresh_trials_are_keyed_alike_on_both_sides_and_the_checked_one_is_fresh
 
 
 def test_a_region_of_few_sets_of_a_task_drawn_on_the_gpu_gets_fresh_draws(ev, builtin, monkeypatch):
-    import fitness.timing as timing
+    import fitness.clean.timing as timing
     task = builtin["softmax"]
     replay = StandIn(task)
     assert _time(ev, task, replay).stage == "timed"

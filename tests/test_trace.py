@@ -1,4 +1,4 @@
-"""fitness/trace.py: what the recorder keeps of a call, and what a replay refuses to load."""
+"""fitness/clean/replayer.py: what the recorder keeps of a call, and what a replay refuses to load."""
 import os
 import subprocess
 import sys
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fitness.compiled import _check_signature
-from fitness.trace import ReplayError
+from fitness.clean.compiled import _check_signature
+from fitness.clean.replayer import ReplayError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,7 +78,7 @@ def test_a_tensor_passed_through_triton_reinterpret_is_recorded_and_replayed(tmp
 
 
 def test_a_reinterpreted_tensor_of_a_dtype_triton_does_not_have_is_refused():
-    from fitness.trace import _reinterpret
+    from fitness.clean.replayer import _reinterpret
 
     with pytest.raises(ReplayError, match="unknown Triton dtype 'fp99'"):
         _reinterpret(torch.zeros(4), "fp99")

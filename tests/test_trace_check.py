@@ -1,11 +1,12 @@
-"""fitness.trace_check: the one gate every trace passes before any of it runs; and the torch glue
+"""fitness.clean.trace_check: the one gate every trace passes before any of it runs; and the torch glue
 a TORCH_OPS task's wrapper records, replayed by the engine's own primitives and counted as work."""
 import pytest
 import torch
 
-from fitness.compiled import ReplayError
-from fitness.trace import Recorder, Replayer
-from fitness.trace_check import check_trace
+from fitness.candidate.recorder import Recorder
+from fitness.clean.compiled import ReplayError
+from fitness.clean.replayer import Replayer
+from fitness.clean.trace_check import check_trace
 
 
 def _trace(outputs_from: list[tuple[str, int]]) -> dict:

@@ -23,13 +23,14 @@ os.environ["TRITON_INTERPRET"] = "1"  # before Triton reads it: the kernels run 
 import pytest
 import torch
 
-from fitness.child import module_name
-from fitness.compare import compare_outputs
-from fitness.harness import TORCH_WORK_SHARE, LaunchHook, draw_inputs
-from fitness.kernel_source import kernels_from_source
-from fitness.primitives import PRIMITIVES
-from fitness.reference import compute
-from fitness.trace import Recorder, Replayer
+from fitness.candidate.harness import TORCH_WORK_SHARE, LaunchHook, draw_inputs
+from fitness.candidate.recorder import Recorder
+from fitness.clean.kernel_source import kernels_from_source
+from fitness.clean.primitives import PRIMITIVES
+from fitness.clean.replayer import Replayer
+from fitness.common.compare import compare_outputs
+from fitness.common.reference import compute
+from fitness.process.child import module_name
 from suites.registry import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent

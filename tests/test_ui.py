@@ -19,7 +19,7 @@ from archives.archive import Archive
 from archives.kernels import lineage
 from archives.records import Draft, RunStatus
 from archives.report_data import load
-from fitness.verdict import Verdict
+from fitness.engine.verdict import Verdict
 
 datasette_app = pytest.importorskip("datasette.app", reason="the ui extra (datasette) is not installed")
 ROOT = Path(__file__).resolve().parent.parent

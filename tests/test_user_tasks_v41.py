@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from fitness.compare import compare_outputs
-from fitness.metric_tolerance import metric_mismatch
+from fitness.common.compare import compare_outputs
+from fitness.common.metric_tolerance import metric_mismatch
 from suites.registry import load_suite
 from tests.conftest import ROOT
 
@@ -62,7 +62,7 @@ def test_a_metric_tolerance_passes_rounding_steps_that_element_wise_fails():
 @pytest.fixture(scope="module")
 def evaluator(tmp_path_factory):
     """An evaluator whose sandbox shows the examples and the module's own task folder."""
-    from fitness.evaluator import EvalConfig, Evaluator
+    from fitness.engine.evaluator import EvalConfig, Evaluator
     from suites.user import visible_paths
 
     tmp = tmp_path_factory.mktemp("v41")
@@ -215,7 +215,7 @@ def test_the_examples_are_timed_on_the_gpu(tmp_path):
 def test_an_inplace_tasks_trace_must_name_the_declared_inputs_as_its_outputs():
     """The candidate's process writes the trace: an in-place task's outputs must be its declared
     inputs there too, or its result was written elsewhere (correct here, useless to the user)."""
-    from fitness.evaluator import inplace_problem
+    from fitness.engine.evaluator import inplace_problem
 
     task = load_suite(str(EXAMPLES))["momentum_inplace"]
     out = lambda t: {"__t__": {"t": t, "off": 0, "size": [8], "stride": [1], "dtype": "float32"}}

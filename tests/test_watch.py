@@ -1,9 +1,9 @@
-"""fitness/watch.py: the one watchdog over every exchange with a child, on real processes."""
+"""fitness/engine/watch.py: the one watchdog over every exchange with a child, on real processes."""
 import subprocess
 import sys
 import time
 
-from fitness.watch import POLL_S, Watchdog, Watched
+from fitness.engine.watch import POLL_S, Watchdog, Watched
 
 
 def _sleeper() -> subprocess.Popen:

@@ -51,7 +51,7 @@ PY
 }
 hand() {  # the README's recipe by hand, A/A across its units, then a search with one worker killed
   mkdir -p $D/bin  # the console script pip would write for triton-evolve-worker (no pip install there)
-  printf '#!/usr/bin/env python3\nimport sys\nfrom fitness.cluster import worker_main\nif __name__ == "__main__":\n    sys.exit(worker_main())\n' \
+  printf '#!/usr/bin/env python3\nimport sys\nfrom fitness.engine.cluster import worker_main\nif __name__ == "__main__":\n    sys.exit(worker_main())\n' \
     > $D/bin/triton-evolve-worker; chmod +x $D/bin/triton-evolve-worker; export PATH=$D/bin:$PATH
   local A=tcp://127.0.0.1:8786 g n=0 w=()
   log "== hand (at ${SECONDS}s): dask scheduler --port 8786; triton-evolve-worker $A --workers $W --gpus G, G in $ALL"

@@ -38,7 +38,7 @@ TASK = Task(
         heldout=({"M": 37, "N": 333}, {"M": 5, "N": 2500}),
     ),
     dtypes=("float32",),
-    tolerance={"int64": (0, 0)},  # an index: exact (fitness.compare, whatever a tolerance says)
+    tolerance={"int64": (0, 0)},  # an index: exact (fitness.common.compare, whatever a tolerance says)
     variants=("scaled", "offset", "extreme"),
     cost=cost,
     start_source=start_source("row_argmax"),

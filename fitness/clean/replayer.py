@@ -1,0 +1,216 @@
+"""A launch trace (fitness.candidate.recorder) replayed alone, in a clean process that never ran the
+candidate's Python, on fresh inputs: what the replay runs, and how it decides what was work."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fitness.clean.compiled import ReplayError as ReplayError  # re-exported: where a replay's failure was named
+from fitness.clean.compiled import check_launch_args, launch_compiled, load_compiled
+from fitness.clean.primitives import COPY, DTYPES, ENUMS, FILL, PRIMITIVES, READ, VIEW, Device, Prim, check_args
+from fitness.clean.trace_check import check_trace as check_trace  # re-exported: the trace's shape, checked
+from fitness.common.inputs import work_elements
+
+
+class Replayer:
+    """Runs a trace again on given inputs, in a clean process; `torch_elements` is the torch work
+    done. It runs only what the engine can name: the recorded compiled kernels (on a GPU), the
+    kernels built from the candidate's source alone (`kernels`, under the interpreter:
+    fitness.clean.kernel_source), and the engine's own primitives (fitness.clean.primitives)."""
+
+    def __init__(self, trace: dict, device: str, kernels: dict[str, Any] | None = None,
+                 inplace: tuple[int, ...] = ()):
+        check_trace(trace, inplace)
+        self.trace = trace
+        self.device = device
+        self.interpreted = kernels is not None
+        self.torch_elements = 0
+        self.torch_ops: dict[str, int] = {}
+        self.snapshots = {int(k): v.to(device) for k, v in trace["snapshots"].items()}
+        # under the interpreter the kernels the engine built from the source; on a GPU, the recorded binaries
+        self.kernels = kernels if kernels is not None else \
+            {k: load_compiled(d) for k, d in trace["kernels"].items() if isinstance(k, str)}
+
+    def run(self, inputs: tuple) -> list[torch.Tensor]:
+        self.torch_elements = 0
+        self.torch_ops = {}
+        bufs: dict[int, torch.UntypedStorage] = {}
+        self.written: set[int] = set()  # buffers a launch or a writing step touched
+        for bid, b in enumerate(self.trace["buffers"]):
+            if b["from"] == "input":
+                a = inputs[b["index"]] if 0 <= b["index"] < len(inputs) else None
+                if not isinstance(a, torch.Tensor) or a.untyped_storage().nbytes() != b["nbytes"]:
+                    raise ReplayError(f"input {b['index']} does not have the recorded layout")
+                bufs[bid] = a.untyped_storage()
+            elif b["from"] == "snapshot":
+                bufs[bid] = self.snapshots[bid].clone().untyped_storage()
+        for ev in self.trace["events"]:
+            if ev["kind"] == "op":
+                self._op(ev, bufs)
+            else:
+                self._launch(ev, bufs)
+        outs = [self._decode(o, bufs) for o in self.trace["outputs"]]
+        for i, o in enumerate(self.trace["outputs"]):
+            if o["__t__"]["t"] not in self.written:
+                raise ReplayError(f"output {i} is memory that no recorded kernel or step wrote")
+        return outs
+
+    def _decode(self, x: Any, bufs: dict, kw: bool = False) -> Any:
+        if isinstance(x, list):
+            return [self._decode(v, bufs) for v in x]
+        if isinstance(x, dict):
+            if len(x) != 1:
+                raise ReplayError("an unreadable object in the trace")
+            (tag, v), = x.items()
+            if tag == "__t__":
+                return self._tensor(v, bufs)
+            if tag == "__tw__":  # a compiled kernel's binary already reads it as its dtype: the pointer is all
+                t = self._tensor(v, bufs)
+                return t if not self.interpreted else _reinterpret(t, v.get("as"))
+            if tag == "__d__" and kw and isinstance(v, dict):
+                return {str(k): self._decode(a, bufs) for k, a in v.items()}
+            if tag == "__dtype__" and v in DTYPES:
+                return DTYPES[v]
+            if tag == "__device__":
+                return Device()
+            if tag == "__enum__" and v in ENUMS:
+                return ENUMS[v]
+            raise ReplayError(f"an object the replay does not know in the trace ({str(tag)[:40]})")
+        if x is None or type(x) in (bool, int, float, str):
+            return x
+        raise ReplayError("an unreadable value in the trace")
+
+    def _tensor(self, r: Any, bufs: dict) -> torch.Tensor:
+        if not isinstance(r, dict) or type(r.get("t")) is not int or type(r.get("off")) is not int \
+                or not _ints(r.get("size")) or not _ints(r.get("stride")) or r.get("dtype") not in DTYPES:
+            raise ReplayError("an unreadable tensor in the trace")
+        if r["t"] not in bufs:
+            raise ReplayError(f"buffer {r['t']} used before the step that makes it")
+        t = torch.empty(0, dtype=DTYPES[r["dtype"]], device=self.device)
+        try:
+            return t.set_(bufs[r["t"]], r["off"], r["size"], r["stride"])
+        except (RuntimeError, ValueError, TypeError, OverflowError) as e:
+            raise ReplayError(f"a recorded view does not fit its buffer: {e}") from None
+
+    def _op(self, ev: dict, bufs: dict) -> None:
+        """One recorded torch op, by the engine's own primitive of that key (never a lookup in torch)."""
+        key = f"{ev.get('name')}.{ev.get('overload') or 'default'}"
+        prim = PRIMITIVES.get(key) if ev.get("ns") == "aten" else None
+        if prim is None:
+            raise ReplayError(f"torch did work outside Triton kernels that the replay cannot verify: the trace "
+                              f"holds {str(ev.get('ns'))[:40]}::{key[:80]}, not one of the engine's primitives "
+                              "(views, allocation, fills, copies, elementwise basics)")
+        args = self._decode(ev["args"], bufs)
+        kwargs = self._decode(ev.get("kwargs") or {"__d__": {}}, bufs, kw=True)
+        if not isinstance(kwargs, dict):
+            raise ReplayError(f"{key}: unreadable keywords in the trace")
+        check_args(key, prim, args, kwargs)
+        sources = {a.untyped_storage().data_ptr() for a in _flat(args) if isinstance(a, torch.Tensor)}
+        try:
+            out = prim.impl(self.device, *args, **kwargs)
+        except (RuntimeError, ValueError, TypeError, IndexError, OverflowError) as e:
+            raise ReplayError(f"{key} failed on the recorded arguments: {str(e)[:200]}") from None
+        if prim.effect == READ:  # a number for the host: the trace's later steps carry their own values
+            if type(ev.get("out")) not in (bool, int, float) or args[0].numel() != 1:
+                raise ReplayError(f"{key} did not read the one-element tensor the trace recorded")
+            return
+        made = self._bind(ev.get("out"), out, bufs, key)
+        self._account(key, prim, args, out, made, sources)
+
+    def _account(self, key: str, prim: Prim, args: list, out: Any, made: list[int], sources: set[int]) -> None:
+        """Work by what the step did to memory: a view whose result left its source's storage is
+        a copy; a copy or arithmetic counts the elements it read or wrote."""
+        results = [o for o in _flat(out) if isinstance(o, torch.Tensor)]
+        copied = prim.effect == COPY or (prim.effect == VIEW and any(
+            o.untyped_storage().data_ptr() not in sources for o in results))
+        if prim.effect in (FILL, COPY) or copied:
+            self.written.update(made)
+        if copied:
+            n = work_elements(args, out)
+            self.torch_elements += n
+            self.torch_ops[key] = self.torch_ops.get(key, 0) + n
+
+    def _bind(self, declared: Any, actual: Any, bufs: dict, key: str) -> list[int]:
+        """The step's results against what the trace says it returned, buffer by buffer; the
+        buffers bound (a new one only where the trace names a buffer the call made)."""
+        if isinstance(declared, list) and isinstance(actual, (list, tuple)) and len(declared) == len(actual):
+            return [b for d, a in zip(declared, actual) for b in self._bind(d, a, bufs, key)]
+        if not (isinstance(declared, dict) and isinstance(declared.get("__t__"), dict)
+                and type(actual) is torch.Tensor):
+            raise ReplayError(f"{key} did not return what the trace recorded")
+        r = declared["__t__"]
+        got = {"size": list(actual.shape), "stride": list(actual.stride()), "off": actual.storage_offset(),
+               "dtype": str(actual.dtype).removeprefix("torch.")}
+        if any(r.get(k) != v for k, v in got.items()):
+            raise ReplayError(f"{key} returned {tuple(actual.shape)} {actual.dtype} at stride "
+                              f"{tuple(actual.stride())}, not the recorded tensor")
+        bid, storage = r.get("t"), actual.untyped_storage()
+        buffers = self.trace["buffers"]
+        if type(bid) is not int or not 0 <= bid < len(buffers):
+            raise ReplayError(f"{key} returned a buffer the trace does not list")
+        if bid in bufs:
+            if bufs[bid].data_ptr() != storage.data_ptr():
+                raise ReplayError(f"{key} returned memory other than the recorded buffer {bid}")
+        elif buffers[bid]["from"] != "op" or buffers[bid]["nbytes"] != storage.nbytes() or \
+                any(s.data_ptr() == storage.data_ptr() for s in bufs.values()):
+            raise ReplayError(f"{key} returned memory that does not match the recorded new buffer {bid}")
+        else:
+            bufs[bid] = storage
+        return [bid]
+
+    def _launch(self, ev: dict, bufs: dict) -> None:
+        args = self._decode(ev["args"], bufs)
+        recorded, name = ev.get("grid"), ev.get("kernel")
+        if not isinstance(recorded, list) or not _ints(recorded) or not 1 <= len(recorded) <= 3 \
+                or any(g < 0 or g > 2**31 for g in recorded):
+            raise ReplayError("recorded grid out of range")
+        grid = tuple(recorded) + (1,) * (3 - len(recorded))
+        kernel = self.kernels.get(name) if isinstance(name, str) else None
+        if kernel is None:
+            raise ReplayError(f"a launch names a kernel the replay does not have: {str(ev.get('kernel'))[:120]}")
+        self.written.update(r["t"] for r in _tensor_refs(ev["args"]))
+        if self.interpreted:
+            kwargs = self._decode(ev.get("kwargs") or {"__d__": {}}, bufs, kw=True)
+            if not isinstance(kwargs, dict):
+                raise ReplayError("a launch's keywords cannot be read")
+            self.written.update(r["t"] for r in _tensor_refs(ev.get("kwargs")))
+            kernel.run(*args, grid=grid, warmup=False, **kwargs)
+        else:
+            check_launch_args(kernel, args)
+            launch_compiled(kernel, grid, args)
+
+
+def _ints(v: object) -> bool:
+    return isinstance(v, list) and all(type(i) is int for i in v)
+
+
+def _flat(x: Any) -> list:
+    if isinstance(x, (list, tuple)):
+        return [y for v in x for y in _flat(v)]
+    if isinstance(x, dict):
+        return [y for v in x.values() for y in _flat(v)]
+    return [x]
+
+
+def _tensor_refs(x: Any) -> list[dict]:
+    """Every tensor a recorded argument names (a launch may write any of them)."""
+    if isinstance(x, list):
+        return [r for v in x for r in _tensor_refs(v)]
+    if isinstance(x, dict):
+        for tag in ("__t__", "__tw__"):
+            if tag in x and isinstance(x[tag], dict):
+                return [x[tag]]
+        return [r for v in x.values() for r in _tensor_refs(v)]
+    return []
+
+
+def _reinterpret(t: torch.Tensor, name: object) -> Any:
+    """The interpreter's view of a recorded triton.reinterpret: the tensor as Triton dtype `name`."""
+    import triton
+    import triton.language as tl
+
+    names = tl.dtype.SINT_TYPES + tl.dtype.UINT_TYPES + tl.dtype.FP_TYPES
+    if name not in names:
+        raise ReplayError(f"a reinterpreted tensor of unknown Triton dtype {name!r} in trace")
+    return triton.reinterpret(t, tl.dtype(name))

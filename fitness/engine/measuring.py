@@ -1,0 +1,354 @@
+"""The GPU's one measuring turn (fitness.engine.evaluator's timing stage).
+
+Only the trials hold the turn. Before it, the candidate's clean child loads the recorded
+kernels, draws every shape's inputs, warms up and captures its graph while another candidate is
+measured; after it, the timed outputs go to the engine's reference. The baseline runs in one
+long-lived clean child, which keeps each shape's prepared side (inputs, graph) for EPOCH_USES
+candidates: both sides are timed on the same draws of an epoch, drawn by the engine and seen only
+by the clean processes. Every reported time must fit inside the engine's clock for its request.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import statistics
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from fitness.clean.timing import FRESH_MAX_SETS, MAX_SETS, draws_for, passes_for
+from fitness.engine.baseline_child import ShapeKey, StepClock
+from fitness.engine.gpu_busy import busy_note
+from fitness.engine.judges import fresh_seed
+from fitness.engine.launch_configs import describe, timed_configs
+from fitness.engine.pool import CancelCheck, Cancelled, WorkerFailure
+from fitness.engine.replay_check import check_outputs
+from fitness.engine.replay_check import unwritten_as as unwritten_as  # re-exported: where tests read it
+from fitness.engine.trials import DRIFT as DRIFT
+from fitness.engine.trials import STEADY as STEADY  # re-exported: where the timing's figures were read
+from fitness.engine.trials import TRIAL_REPS as TRIAL_REPS
+from fitness.engine.trials import (
+    Draws,
+    TimingChild,
+    TimingRejected,
+    alternate,
+    checked,
+    enough_trials,
+    far,
+    fill_timed,
+    noisy,
+    timed_row,
+    warm_up,
+)
+from fitness.engine.turn_state import ORACLE_BYTES as ORACLE_BYTES
+from fitness.engine.turn_state import TurnState
+from fitness.engine.verdict import TIMING_FAILED, Verdict
+from suites.task import Task
+
+logger = logging.getLogger(__name__)
+
+EPOCH_USES = 16  # candidates timed on one set of draws (and one prepared baseline side) per shape
+# The baseline's trials are kept per shape and epoch (same clean process, inputs and graph) and
+# reused: each turn the baseline runs one request of TRIAL_REPS regions beside the candidate's,
+# which joins the kept ones; every REMEASURE_EVERY-th candidate of an epoch, or when that request
+# strays over DRIFT (fitness.engine.trials) from the kept median (the GPU changed: clocks, a neighbour), both sides
+# alternate fully again. H100 builtin: the baseline's regions were half of every turn's trials.
+BASELINE_KEPT = 21  # the most recent baseline trials a shape's median is taken over
+REMEASURE_EVERY = 8
+# Long-lived clean baseline children; each task's shapes live in one of them. A new shape's side
+# (module load, compile, draws, warm-up, sets, graph) is prepared in its child before the turn,
+# while the other child serves the turn: H100 TritonBench, preparing it inside the turn held the
+# GPU ~5 s at each task's first timing and ~70% of a 12-task search's turn time.
+BASELINE_CHILDREN = 2  # the evaluator's clean baseline pool has this many places
+BASELINE_MEMORY_SHARE = 0.3  # of the GPU's memory, for all baseline children's kept sides together
+# Seeds of an epoch's draws (fitness.clean.timing: a side holds one draw per input set and one over, as far
+# as these go). A builtin task draws on the GPU in microseconds; a script task's perf file may take
+# seconds a draw (TritonBench matmul_dequant_int4: 30 s), in the replay child of every candidate.
+FUNCTION_DRAWS = MAX_SETS + 1
+SCRIPT_DRAWS = 3  # as many as before issue 39: calibration's three timed calls still on distinct draws
+
+
+def _shape_key(task: Task, case: dict, baseline_source: str | None) -> ShapeKey:
+    return ShapeKey(task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], hash(baseline_source))
+
+
+class MeasuringTurn(TurnState):
+    def time(self, task: Task, traces: dict, v: Verdict, replay: TimingChild, base_src: str | None = None,
+             cancel: CancelCheck | None = None) -> None:
+        """Times a candidate's replayed kernels against the baseline, shape by shape; fills `v`.
+        Raises Cancelled when `cancel()` turns true while it waits for the turn (a stopping run
+        does not wait for the GPU: the candidate stays unevaluated, for a resume)."""
+        split = self.ev.judge(task).timed_split
+        timed = [(case, trace) for case, trace in traces.values() if case["split"] == split]
+        if not timed:
+            v.timing = "not timed: the suite gives no benchmark inputs for this task"
+            v.flags.append("untimed")
+            return
+        marks = [time.monotonic()]
+        try:
+            plans, rows = self._turn(task, timed, replay, base_src, cancel, marks)
+        except (WorkerFailure, TimingRejected) as e:
+            v.reason = f"timing: {e}"
+            logger.info("%s: timing failed: %s", task.name, str(e).splitlines()[0] if str(e) else type(e).__name__)
+            v.flags.append(TIMING_FAILED)
+            v.correct = False  # a kernel that cannot be timed (hang, crash, a failed check) is no parent
+            if isinstance(e, WorkerFailure):
+                v.flags.append("worker-replaced")
+            return
+        fill_timed(v, plans, rows, marks, self.peaks, self.ev.judge(task).floor)
+        v.configs = timed_configs((str(case["shape"]), trace) for case, trace in timed)
+        if v.configs:
+            v.timing += "; " + describe(v.configs, len(timed))
+
+    def _turn(self, task: Task, timed: list[tuple[dict, dict]], replay: TimingChild, base_src: str | None,
+              cancel: CancelCheck | None, marks: list[float]) -> tuple[list[dict], list[dict]]:
+        """The plans and rows of every timed shape: prepared before the turn, measured inside
+        it, checked after it. `marks` gets when the turn was asked for, taken and given back."""
+        # outside the measuring turn: the replay child loads the kernels, draws every shape's
+        # inputs, warms up and captures, while another candidate is being measured
+        plans = self._prepare(task, timed, replay, base_src)
+        marks.append(time.monotonic())
+        self._take_turn(cancel)
+        try:
+            marks.append(time.monotonic())
+            with self._baseline(task.name) as baseline:  # held for all shapes: no preparing between them
+                rows = [self._measure(task, plan, replay, baseline, first=i == 0) for i, plan in enumerate(plans)]
+            marks.append(time.monotonic())
+            self.busy_s += marks[3] - marks[2]
+        finally:
+            self.lock.release()
+        for plan in plans:  # after the turn: only the engine's reference is needed
+            self._check_replay(task, plan, replay)
+        return plans, rows
+
+    def _take_turn(self, cancel: CancelCheck | None = None) -> None:
+        while not self.lock.acquire(timeout=0.2 if cancel else -1):
+            if cancel is not None and cancel():
+                raise Cancelled()
+
+    def _epoch(self, key: ShapeKey, n_seeds: int, fresh: bool = False) -> dict:
+        """The draws this shape is timed on now. Both sides run the same draws (`n_seeds`); the
+        baseline child keeps its side (inputs, graph) for EPOCH_USES candidates, then fresh ones
+        are drawn. Sound because only the clean processes ever see these inputs. `fresh`: the task
+        draws on the GPU, so a region of few sets can take fresh draws every trial (fitness.clean.timing)."""
+        with self._epoch_lock:
+            ep = self._epochs.get(key)
+            if ep is None or ep["uses"] >= EPOCH_USES:
+                known = self._baseline_cal.get(key)
+                nth = ep["nth"] + 1 if ep else 0
+                ep = self._epochs[key] = {"id": next(self._epoch_ids), "nth": nth,
+                                          "seeds": self._seed_bank.seeds(key.task_key, nth, n_seeds),
+                                          "n": self._n_sets(known) if known else 0, "uses": 0,
+                                          "fresh": fresh_seed() if fresh else None,
+                                          "check_key": fresh_seed() if fresh else None}
+            ep["uses"] += 1
+            return dict(ep)
+
+    def _prepare(self, task: Task, timed: list[tuple[dict, dict]], replay: TimingChild,
+                 base_src: str | None) -> list[dict]:
+        """Every shape made ready outside the measuring turn, the plans the turn follows. The
+        baseline's sides (kept, or prepared now in its own child) are readied in a thread beside
+        the replay child's preparing (inputs drawn, kernels warmed); each shape's sets and graph
+        follow once both sides of it are done. H100, matmul_dequant_int4 (30 s a draw): the
+        baseline child drew for 97 s, then the replay child for 97 s more, one after the other."""
+        plans = []
+        for slot, (case, _) in enumerate(timed):
+            key = _shape_key(task, case, base_src)
+            ep = self._epoch(key, FUNCTION_DRAWS if task.script is None else SCRIPT_DRAWS,
+                             task.script is None and task.device_inputs)
+            opening = {"op": "time_prepare", "task": self.ev.task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
+                       "seeds": ep["seeds"]}
+            plans.append({"slot": slot, "case": case, "epoch": ep, "opening": opening, "key": key,
+                          "base_src": base_src, "base_slot": f"epoch{ep['id']}", "n": ep["n"], "prepare_s": {}})
+        baseline_side = ThreadPoolExecutor(1)
+        try:
+            bases = [baseline_side.submit(self._ready_baseline, task, plan) for plan in plans]
+            for plan, base, (_, trace) in zip(plans, bases, timed):
+                self._prepare_replay(plan, trace, replay, base)
+        finally:  # a failed replay stops the baseline's sides not begun yet
+            baseline_side.shutdown(wait=True, cancel_futures=True)
+        return plans
+
+    def _prepare_replay(self, plan: dict, trace: dict, replay: TimingChild, base: Future[int]) -> None:
+        clock = StepClock(plan["prepare_s"])
+        plan["cal"] = checked(replay.request({**plan["opening"], "slot": plan["slot"], "trace": trace},
+                                             self.ev.config.timing_timeout_s), "c")
+        clock.tick("replay")
+        for k, ms in (plan["cal"].get("phase_ms") or {}).items():  # where the replay child's part went
+            plan["prepare_s"][f"replay.{k}"] = ms / 1e3
+        plan["n"] = base.result()  # the baseline's number of input sets, which the replay's must match
+        clock.tick("baseline_wait")
+        sets = {"op": "time_sets", "slot": plan["slot"], "n_sets": plan["n"], "graph": True}
+        plan["method"] = checked(replay.request(sets, self.ev.config.timing_timeout_s), "c")["method"]
+        clock.tick("sets")
+
+    def _ready_baseline(self, task: Task, plan: dict) -> int:
+        """The baseline's side of the plan's shape and epoch (and, where the baseline is the oracle,
+        its checked outputs) made ready before the turn; the number of input sets of the epoch."""
+        clock = StepClock(plan["prepare_s"])
+        with self._baseline(task.name) as child:
+            b = self._baseline_open(task, plan, child, inside=False)
+            if self.ev.judge(task).oracle_is_baseline:
+                self._check_of(plan, int(b["n_sets"]))
+                self._oracle(plan, child)
+        clock.tick("baseline")
+        return int(b["n_sets"])
+
+    def _baseline_open(self, task: Task, plan: dict, base: TimingChild, inside: bool = True) -> dict:
+        """The baseline's side of this shape and epoch, opened: kept from an earlier candidate,
+        or prepared now (draws, warm-up, calibration, input sets, graph). Inside the turn only
+        when the side prepared before it was dropped for memory or its child was replaced."""
+        timeout = self.ev.config.timing_timeout_s
+        slot = plan["base_slot"]
+        opened = checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
+        if not opened.get("missing"):
+            return opened
+        if inside:
+            plan["baseline_prepared"] = True
+            self.baseline_prepares += 1
+        else:
+            self.baseline_prepares_outside += 1
+        prepare = {**plan["opening"], "slot": slot, "baseline_source": plan["base_src"],
+                   "keep_share": BASELINE_MEMORY_SHARE / len(self._bases)}
+        cal = checked(base.request(prepare, timeout), "b")
+        key = plan["key"]
+        self._baseline_cal[key] = cal
+        n = plan["n"] or self._n_sets(cal)
+        with self._epoch_lock:
+            ep = self._plan_epoch(plan)
+            if ep is not None:
+                ep["n"] = n  # later candidates of this epoch capture before their turn
+        checked(base.request({"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}, timeout), "b")
+        return checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
+
+    def _measure(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild, first: bool) -> dict:
+        """One shape, inside the measuring turn: both sides' input sets ready, then trials
+        alternating between them, each bounded by the engine's clock (the turn's `first` shape
+        after an untimed request of each side)."""
+        clock = StepClock(plan.setdefault("turn_s", {}))
+        sides: dict[str, TimingChild] = {"c": replay, "b": baseline}
+        b = self._baseline_open(task, plan, sides["b"])
+        clock.tick("baseline_prepare" if plan.get("baseline_prepared") else "baseline_open")
+        n, slots = b["n_sets"], {"c": plan["slot"], "b": plan["base_slot"]}
+        methods = self._same_method(sides, slots, n, {"b": b["method"], "c": plan["method"] if plan["n"] == n else ""})
+        checked(replay.request({"op": "time_open", "slot": plan["slot"]}, self.ev.config.timing_timeout_s), "c")
+        clock.tick("sets")
+        bc = b["cal"]
+        passes = passes_for(n, bc["in_bytes"], bc["t_one_ms"], bc["l2_bytes"])
+        draws = self._draws(plan, n)
+        if first:
+            warm_up(sides, passes, self.ev.config.timing_timeout_s, draws)
+        times = self._verified_trials(plan, sides, (methods["c"], n, passes), draws)
+        clock.tick("trials")
+        if self.ev.judge(task).oracle_is_baseline:  # the suite's kernel is the oracle: its outputs, once per epoch
+            plan["oracle"] = self._oracle(plan, sides["b"])
+            clock.tick("checks")
+        cal = {"c": plan["cal"], "b": b["cal"]}
+        return timed_row(plan, times, methods["c"], n, cal)
+
+    def _draws(self, plan: dict, n: int) -> Draws:
+        """The shape's trials' draws: how many the sides hold, the epoch's checked trial, and which
+        of this candidate's trials it is (one of those every shape runs, picked now, told no one)."""
+        rot, picks = self._check_of(plan, n)
+        at = random.SystemRandom().randrange(enough_trials(self.ev.config))
+        fresh = plan["epoch"].get("fresh") if n <= FRESH_MAX_SETS else None
+        plan["check_key"] = plan["epoch"].get("check_key") if fresh is not None else None
+        return Draws(draws_for(n, len(plan["epoch"]["seeds"])), rot, picks, at, fresh, plan["check_key"])
+
+    def _verified_trials(self, plan: dict, sides: dict[str, TimingChild], how: tuple[str, int, int],
+                         draws: Draws) -> dict[str, list[float]]:
+        """The trials, on a GPU no other process used meanwhile (issue 39, class 6: a neighbour's
+        work slows whichever side it meets, and a slowed baseline inflates the speedup). Where
+        another process was seen at work the shape is measured once more, both sides fully and
+        nothing kept; seen again, the timing fails. Where the GPU's processes cannot be read, the
+        baseline's kept trials are not reused (both sides share whatever slowed them) and the
+        verdict says what could not be checked."""
+        pids = {p for side in sides.values() for p in getattr(side, "pids", [])}
+        for attempt in range(2):
+            since = self.busy.start()
+            times = self._timed_trials(plan, sides, how, draws, reuse=attempt == 0 and self.busy.available())
+            seen = self.busy.foreign(since, pids)
+            if self.busy.shared:
+                plan["gpu_shared"] = busy_note(self.busy.shared)
+            if seen is None:
+                plan["busy_unverified"] = self.busy.reason or self.busy.window
+                return times
+            if not seen:
+                return times
+            plan["busy_seen"] = busy_note(seen)
+            logger.info("the GPU was busy with %s while a shape was measured", plan["busy_seen"])
+            self._forget(plan)  # the baseline's trials of that window stand for no later candidate
+        raise TimingRejected(f"the GPU was busy with another process while this shape was measured, twice "
+                             f"({plan['busy_seen']}): neither side's time can be trusted")
+
+    def _timed_trials(self, plan: dict, sides: dict[str, TimingChild], how: tuple[str, int, int],
+                      draws: Draws, reuse: bool = True) -> dict[str, list[float]]:
+        """The candidate's trials and the baseline's: the baseline's kept ones of this epoch
+        where they still hold (one tracking request of its own this turn joins them), else both
+        sides alternating fully. `how`: (method, input sets, passes), which kept trials share.
+        `reuse`: whether kept trials may stand in (not while the GPU's idleness is unverified)."""
+        _, n, passes = how
+        kept = self._kept(plan, how) if reuse else None
+        if kept:
+            times = alternate(sides, n, passes, plan["turn_s"], self.ev.config, draws, track=True)
+            held = abs(statistics.median(times["b"]) / statistics.median(kept) - 1) <= DRIFT
+            times["b"] = (kept + times["b"])[-BASELINE_KEPT:]
+            if held and (not noisy(times) or far(times)):
+                self._keep(plan, how, times["b"], full=False)
+                plan["baseline_reused"] = True
+                return times
+            plan["baseline_drifted"] = not held
+        times = alternate(sides, n, passes, plan["turn_s"], self.ev.config, draws)
+        # once more: a swing of the clocks passes, a noisy kernel stays noisy (after a tracked round
+        # that strayed, this full one is already the second)
+        if noisy(times) and not kept and not far(times):
+            times = alternate(sides, n, passes, plan["turn_s"], self.ev.config, draws)
+        self._keep(plan, how, times["b"], full=True)
+        return times
+
+    def _kept(self, plan: dict, how: tuple) -> list[float] | None:
+        """The baseline's kept trials of this shape and epoch, timed the same way; None when a
+        full alternation is due."""
+        with self._epoch_lock:
+            ep = self._plan_epoch(plan)
+            kept = ep.get("kept") if ep is not None else None
+            if not kept or kept["how"] != how or kept["since_full"] >= REMEASURE_EVERY - 1:
+                return None
+            return list(kept["times"])
+
+    def _keep(self, plan: dict, how: tuple, times: list[float], full: bool) -> None:
+        with self._epoch_lock:
+            ep = self._plan_epoch(plan)
+            if ep is None:
+                return
+            since = 0 if full else ep["kept"]["since_full"] + 1
+            ep["kept"] = {"how": how, "times": times[-BASELINE_KEPT:], "since_full": since}
+
+    def _forget(self, plan: dict) -> None:
+        with self._epoch_lock:
+            ep = self._plan_epoch(plan)
+            if ep is not None:
+                ep.pop("kept", None)
+
+    def _same_method(self, sides: dict[str, TimingChild], slots: dict, n: int,
+                     methods: dict[str, str]) -> dict[str, str]:
+        """Both sides' regions made alike: CUDA graphs when both can be captured, else eager.
+        A side switches between the two over the same sets (the baseline's graph stays for the
+        next candidate: one uncapturable candidate once left its epoch eager for all after it)."""
+        def sets(k: str, graph: bool) -> str:
+            req = {"op": "time_sets", "slot": slots[k], "n_sets": n, "graph": graph}
+            return checked(sides[k].request(req, self.ev.config.timing_timeout_s), k)["method"]
+        if not methods["c"]:  # prepared for another number of sets, or not yet
+            methods["c"] = sets("c", True)
+        if methods["b"] != methods["c"]:
+            methods["b"] = sets("b", methods["c"] == "cuda-graph")
+            if methods["b"] != methods["c"]:  # the baseline itself cannot be captured
+                methods["c"] = sets("c", False)
+        return methods
+
+    def _check_replay(self, task: Task, plan: dict, replay: TimingChild) -> None:
+        """The outputs one timed trial of the replay kept (picked at random, prepared like every
+        other), against the engine's own reference of each set's draw, or the baseline's outputs
+        of the same trial's sets (memory the baseline leaves unwritten is no part of them)."""
+        req = {"op": "time_check", "slot": plan["slot"]}
+        outs = checked(replay.request(req, self.ev.config.timing_timeout_s), "c")["outputs"]
+        check_outputs(self.ev.judge(task), plan, outs)
