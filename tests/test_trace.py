@@ -1,4 +1,5 @@
-"""fitness/clean/replayer.py: what the recorder keeps of a call, and what a replay refuses to load."""
+"""fitness/candidate/recorder.py and fitness/clean/replayer.py: what the recorder keeps of a call,
+and what a replay refuses to load."""
 import os
 import subprocess
 import sys

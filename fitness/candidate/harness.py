@@ -38,7 +38,7 @@ class CandidateError(Exception):
 
 class LaunchHook:
     """Counts launches of @triton.jit functions by the module that defined them, and hands each
-    launch to the recorder of the call in progress (fitness.clean.replayer), if any."""
+    launch to the recorder of the call in progress (fitness.candidate.recorder), if any."""
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}

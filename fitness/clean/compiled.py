@@ -1,4 +1,4 @@
-"""A compiled Triton kernel as a trace records it (fitness.clean.replayer): what a process that never saw
+"""A compiled Triton kernel as a trace records it (fitness.candidate.recorder): what a process that never saw
 the candidate needs to launch it again, the checks that keep the description from becoming code,
 and loading and launching it in the replaying process."""
 from __future__ import annotations

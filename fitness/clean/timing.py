@@ -376,6 +376,6 @@ class TimedSide:
 
 def _on_host(out: object) -> list[torch.Tensor]:
     """A call's output tensors, flattened, on the host. Flattened as a recorded trace's outputs are
-    (fitness.clean.replayer.Recorder): a wrapper returning a tuple with non-tensors or nested tuples (TritonBench
+    (fitness.candidate.recorder.Recorder): a wrapper returning a tuple with non-tensors or nested tuples (TritonBench
     apply_penalty: 8 items) gave the baseline a longer list than its own replayed kernels."""
     return [o.detach().cpu() for o in tensors_of(out)]
