@@ -9,23 +9,26 @@ import html
 import re
 
 from archives.kernels import KernelSection
+from fitness.common.flags import Flag
 
 TITLE = "Best kernels"
 INTRO = ("Per task, the kernel the export takes (the fastest correct on the tuning and held-out shapes): how it "
          "descends from the starting kernel (first parents; a crossover's other parents are named), its time on "
          "each timed tuning shape against the baseline, the verdict's flags, and its diff and source.")
 FLAG_NOTES = {
-    "untimed-no-gpu": "not timed: no GPU here (correctness ran under the Triton interpreter)",
-    "untimed": "not timed: the suite gives no benchmark inputs for this task",
-    "timing-failed": "correct, but the timing worker could not time it",
-    "noisy-timing": "a shape's trials spread more than 10% (interquartile range over median)",
-    "faster-than-roofline": "faster than the roofline on some shape: the timing is suspect",
-    "speedup-over-10x-review": "speedup over 10x: review it before trusting it",
-    "invalid-here": "the task is invalid on this hardware",
-    "no-sandbox": "evaluated without the sandbox (bubblewrap missing or --no-sandbox)",
-    "worker-replaced": "an evaluation worker died during it and was replaced",
-    "killed-units": "its evaluation killed evaluation units",
-    "gpu-idle-unverified": "timed where NVML could not show whether another process used the GPU meanwhile",
+    Flag.UNTIMED_NO_GPU.value: "not timed: no GPU here (correctness ran under the Triton interpreter)",
+    Flag.UNTIMED.value: "not timed: the suite gives no benchmark inputs for this task",
+    Flag.TIMING_FAILED.value: "correct, but the timing worker could not time it",
+    Flag.NOISY_TIMING.value: "a shape's trials spread more than 10% (interquartile range over median)",
+    Flag.FASTER_THAN_ROOFLINE.value: "faster than the roofline on some shape: the timing is suspect",
+    Flag.SPEEDUP_REVIEW.value: "speedup over 10x: review it before trusting it",
+    Flag.INVALID_HERE.value: "the task is invalid on this hardware",
+    Flag.NO_SANDBOX.value: "evaluated without the sandbox (bubblewrap missing or --no-sandbox)",
+    Flag.WORKER_REPLACED.value: "an evaluation worker died during it and was replaced",
+    Flag.KILLED_UNITS.value: "its evaluation killed evaluation units",
+    Flag.TIMING_BIASED.value: "the baseline's code times unlike its kernels replayed: the speedup is not comparable",
+    Flag.AA_SENTINEL.value: "a starting kernel timed against itself, a check of the timing's noise",
+    Flag.GPU_IDLE_UNVERIFIED.value: "timed where NVML could not show whether another process used the GPU meanwhile",
 }
 LINEAGE_HEADERS = ["step", "kernel", "operator", "gen", "island", "stage", "speedup", "note"]
 TIMES_HEADERS = ["shape", "dtype", "kernel ms", "baseline ms", "speedup", "spread"]

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from archives import records as rec
 from archives.records import Candidate, Run
+from fitness.common.flags import Flag
 
 
 class ReportError(Exception):
@@ -105,7 +106,7 @@ def read_invalid_file(path: str | Path) -> dict[str, str]:
         if isinstance(item, str):
             out[item] = "invalid here (listed in the invalid-tasks file)"
         elif isinstance(item, dict) and (item.get("task") or item.get("name")):
-            if "flags" in item and "invalid-here" not in item["flags"]:
+            if "flags" in item and Flag.INVALID_HERE not in item["flags"]:
                 continue  # a verdict of a task that is valid here
             out[item.get("task") or item["name"]] = item.get("reason") or "invalid here"
         else:
@@ -175,7 +176,7 @@ def load(path: str | Path, run_id: int | None = None, invalid: dict[str, str] | 
         conn.close()
     bad = dict(invalid or {})
     for task, task_rows in rows.items():
-        if task not in bad and any("invalid-here" in r.flags for r in task_rows):
+        if task not in bad and any(Flag.INVALID_HERE in r.flags for r in task_rows):
             bad[task] = "an evaluation was flagged invalid-here"
     names = sorted(set(rows) | set(bad))
     if load_tasks:

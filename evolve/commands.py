@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, Protocol
 
+from fitness.common.flags import Flag
 from fitness.engine.verdict import Verdict, geomean
 from suites import validation
 from suites.task import Task
@@ -107,7 +108,7 @@ def _validate_pass(tasks: Mapping[str, Task], options: ValidateOptions,
                 validation.merge(options.record, options.suite, v.device, {v.task: entries[v.task]})
             if not options.as_json:
                 sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
-                status = "correct" if v.passed else "invalid-here" if "invalid-here" in v.flags and \
+                status = "correct" if v.passed else "invalid-here" if Flag.INVALID_HERE in v.flags and \
                     task.script is not None else validation.stage_words(v.stage, v.reason)
                 dropped = ref.dropped() if ref else ""
                 note = ("weak-test " if weak else "") + (f"{dropped}; " if dropped and not v.passed else dropped) + \

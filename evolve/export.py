@@ -21,6 +21,7 @@ from typing import Any, Callable
 from archives.archive import Archive
 from archives.metrics import best_kernel, rank
 from archives.records import Candidate
+from fitness.common.flags import Flag
 from fitness.engine.launch_configs import KernelConfig
 from fitness.engine.verdict import geomean, untimeable_start
 
@@ -69,7 +70,7 @@ def _entry(name: str, evaluated: list[Candidate], passed_over: list[Candidate], 
     entry: dict[str, Any] = {"task": name, "evaluations": len(evaluated),
                              "status": "no correct kernel" if evaluated else "not started",
                              "passed_over_heldout": [{"candidate": c.id, "speedup": c.speedup} for c in passed_over]}
-    if evaluated and all("invalid-here" in c.flags for c in evaluated):
+    if evaluated and all(Flag.INVALID_HERE in c.flags for c in evaluated):
         entry["status"] = "invalid-here"  # the suite's reference fails on this machine
     if start is not None:
         entry["start_speedup"] = start.speedup

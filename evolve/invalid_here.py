@@ -6,9 +6,10 @@ and error), not the search's state: the search, and tests of a resumed run, ask 
 from __future__ import annotations
 
 from archives.records import Candidate
+from fitness.common.flags import Flag
 from fitness.engine.verdict import untimeable_start
 
-INVALID_HERE = "invalid-here"  # the evaluator's flag: the task's reference fails on this machine
+INVALID_HERE = Flag.INVALID_HERE  # the evaluator's flag: the task's reference fails on this machine
 
 
 def _first_line(reason: str) -> str:

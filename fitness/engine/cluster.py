@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from fitness.common.flags import Flag
 from fitness.engine.evaluator import EvalConfig, Evaluator, slots_per_unit
 from fitness.engine.pool import CancelCheck
 from fitness.engine.verdict import UnitStats, Verdict
@@ -258,7 +259,7 @@ class ClusterEvaluator:
 
 
 def killed_verdict(task: str, attempts: int) -> Verdict:
-    return Verdict(task=task, stage="parse", flags=["killed-units"],
+    return Verdict(task=task, stage="parse", flags=[Flag.KILLED_UNITS],
                    reason=f"its evaluation killed {attempts} evaluation units (Dask workers), one after "
                           f"another: failed after {attempts} attempts")
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from fitness.common.flags import Flag
 from fitness.engine.pool import CancelCheck, WorkerFailure
 from fitness.engine.verdict import Verdict
 from suites.task import Task
@@ -129,7 +130,7 @@ def run_correctness(ev: Evaluator, task: Task, source: str, v: Verdict, cancel: 
         held = time.monotonic() - t0
     except WorkerFailure as e:
         v.reason = str(e)
-        v.flags.append("worker-replaced")
+        v.flags.append(Flag.WORKER_REPLACED)
         return None
     v.phases.update(worker_s=round(held, 3), reference_compare_s=round(_collect(v, pending), 3))
     _note_error(v, reply, failed)
@@ -144,7 +145,7 @@ def _note_error(v: Verdict, reply: dict, failed: dict | None) -> None:
         v.reason = reply["error"] if not failed else \
             f"{failed.get('split')} case {failed.get('shape')} {failed.get('dtype')}: {reply['error']}"
         if reply.get("fatal"):
-            v.flags.append("worker-replaced")
+            v.flags.append(Flag.WORKER_REPLACED)
         v.stage = reply.get("stage", "parse")
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from fitness.common.compare import compare_where_room
+from fitness.common.flags import Flag
 from fitness.common.reference import ReferenceCache, compare_case, with_variant
 from fitness.engine.correctness import Traces, run_correctness
 from fitness.engine.judges import Judge, judge_for
@@ -181,7 +182,7 @@ class Evaluator:
         v.device = self.pool.info().get("device", "")
         if problem:
             v.reason = problem
-            v.flags.append("invalid-here")
+            v.flags.append(Flag.INVALID_HERE)
         else:
             v.stage, v.correct, v.heldout_correct = "correct", True, True
             v.reason = "the reference runs here (the suite has no Triton starting kernel to time)"
@@ -202,9 +203,9 @@ class Evaluator:
         v = self._verdict(task)
         base_src = self.judge(task).baseline_source(aa)
         if aa:  # an A/A sentinel: the starting kernel against itself, where the judge can say so
-            v.baseline, v.flags = self.judge(task).aa_name, v.flags + ["aa-sentinel"]
+            v.baseline, v.flags = self.judge(task).aa_name, v.flags + [Flag.AA_SENTINEL]
         if not self.sandbox.isolated:
-            v.flags.append("no-sandbox")
+            v.flags.append(Flag.NO_SANDBOX)
         traces: Traces | None = None
         gate = check_source(source, task.entry, self.judge(task).allowance())
         if not gate.ok:
@@ -223,7 +224,7 @@ class Evaluator:
                 self._replay(task, source, traces, v, cancel)
             if v.passed and not self.gpu:
                 v.timing = "not timed: no GPU here; correctness ran under the Triton interpreter on CPU"
-                v.flags.append("untimed-no-gpu")
+                v.flags.append(Flag.UNTIMED_NO_GPU)
             elif v.passed and not timed:
                 v.timing = "not timed: asked not to (--no-time)"
         if v.passed and not v.reason:
@@ -275,7 +276,7 @@ class Evaluator:
                     v.phases["clean_held_s"] = round(time.monotonic() - held, 3)
         except WorkerFailure as e:  # the clean child could not be had (its zygote failed)
             self._fail(v, f"replay: {e}")
-            v.flags.append("worker-replaced")
+            v.flags.append(Flag.WORKER_REPLACED)
 
     def _replay(self, task: Task, source: str, traces: dict, v: Verdict, cancel: CancelCheck | None = None,
                 clean: ChildProcess | None = None) -> dict | None:

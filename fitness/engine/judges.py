@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fitness.common.compare import compare_tree_on
+from fitness.common.flags import Flag
 from fitness.engine.pool import CancelCheck
 from fitness.engine.static_gate import allowance
 from fitness.engine.verdict import Verdict
@@ -137,7 +138,7 @@ class ScriptJudge:
         ref = refs.get(self.task, cancel)
         if ref.error:
             v.reason = ref.error
-            v.flags.append("invalid-here")
+            v.flags.append(Flag.INVALID_HERE)
             v.device = self.ev.pool.info().get("device", "")
             return None
         cases = refs.cases(ref)

@@ -16,6 +16,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from fitness.clean.timing import FRESH_MAX_SETS, MAX_SETS, draws_for, passes_for
+from fitness.common.flags import Flag
 from fitness.engine.baseline_child import ShapeKey, StepClock
 from fitness.engine.gpu_busy import busy_note
 from fitness.engine.judges import fresh_seed
@@ -81,7 +82,7 @@ class MeasuringTurn(TurnState):
         timed = [(case, trace) for case, trace in traces.values() if case["split"] == split]
         if not timed:
             v.timing = "not timed: the suite gives no benchmark inputs for this task"
-            v.flags.append("untimed")
+            v.flags.append(Flag.UNTIMED)
             return
         marks = [time.monotonic()]
         try:
@@ -92,7 +93,7 @@ class MeasuringTurn(TurnState):
             v.flags.append(TIMING_FAILED)
             v.correct = False  # a kernel that cannot be timed (hang, crash, a failed check) is no parent
             if isinstance(e, WorkerFailure):
-                v.flags.append("worker-replaced")
+                v.flags.append(Flag.WORKER_REPLACED)
             return
         fill_timed(v, plans, rows, marks, self.peaks, self.ev.judge(task).floor)
         v.configs = timed_configs((str(case["shape"]), trace) for case, trace in timed)

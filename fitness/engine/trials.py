@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from fitness.common.flags import Flag
 from fitness.engine.verdict import Verdict, speedup_from_rows
 
 if TYPE_CHECKING:
@@ -229,7 +230,7 @@ def fill_timed(v: Verdict, plans: list[dict], rows: list[dict], marks: list[floa
                 + f"; {t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
     _note_gpu(v, plans)
     if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY for r in v.times):
-        v.flags.append("noisy-timing")
+        v.flags.append(Flag.NOISY_TIMING)
     v.stage = "timed"
 
 
@@ -254,4 +255,4 @@ def _note_gpu(v: Verdict, plans: list[dict]) -> None:
     if reasons:
         v.timing += (f"; {reasons[0]}: nothing shows the GPU was idle but for the two sides, so the "
                      "baseline's kept trials were not reused")
-        v.flags.append("gpu-idle-unverified")
+        v.flags.append(Flag.GPU_IDLE_UNVERIFIED)

@@ -6,17 +6,18 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from fitness.common.flags import SUSPICIOUS_SPEEDUP as SUSPICIOUS_SPEEDUP  # re-exported
+from fitness.common.flags import Flag
 from fitness.engine.launch_configs import KernelConfig
 from fitness.engine.timing_hazards import timing_hazards
 from suites.validation import short_reason
 
 # set when a kernel passed correctness but the timing worker could not time it (hang, crash, a
 # failed check in the timing replay); the reason says why
-TIMING_FAILED = "timing-failed"
+TIMING_FAILED = Flag.TIMING_FAILED
 
 # the cascade, in order; `stage` is the last one a candidate reached ("none": it failed the gate)
 STAGES = ("none", "parse", "compile", "call", "correct", "timed")
-SUSPICIOUS_SPEEDUP = 10.0
 # a verdict's reason when the task's own code (its reference, its input maker) raised, not the kernel's
 TASK_CODE_RAISED = "the task's own code raised"
 
@@ -57,7 +58,7 @@ class Verdict:
 # suite's cross_entropy2 prints its output tensors; its eager baseline took 4.6-8.0 ms a call,
 # the replay of the same kernel's launches 0.17-0.62 ms: 23.7x "faster" than itself.
 AA_BIAS_LIMIT = 1.25
-TIMING_BIASED = "timing-biased"
+TIMING_BIASED = Flag.TIMING_BIASED
 
 
 def biased_aa(v: Verdict, source: str = "") -> None:
@@ -110,11 +111,11 @@ def speedup_from_rows(rows: list[dict], peaks: dict | None, floor: bool = True) 
         c, b = (max(r["candidate_ms"], floor_ms), max(r["baseline_ms"], floor_ms)) if floor else \
             (r["candidate_ms"], r["baseline_ms"])
         if r["candidate_ms"] < 0.5 * floor_ms:
-            flags.append("faster-than-roofline")
+            flags.append(Flag.FASTER_THAN_ROOFLINE)
         r["speedup"] = b / c if c > 0 else float("inf")
     speedup = geomean(r["speedup"] for r in rows)
     if speedup is not None and speedup > SUSPICIOUS_SPEEDUP:
-        flags.append(f"speedup-over-{SUSPICIOUS_SPEEDUP:g}x-review")
+        flags.append(Flag.SPEEDUP_REVIEW)
     return speedup, sorted(set(flags))
 
 
