@@ -4,9 +4,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_evaluator_bench_runs_and_names_what_bounds_the_rate():
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "evaluator_bench.py"), "--tasks", "softmax",
                           "--workers", "1", "--rounds", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
@@ -22,6 +25,7 @@ def test_evaluator_bench_names_an_unknown_task_in_one_line():
     assert out.stderr.strip() == "error: unknown task(s): softmx (did you mean 'softmax'?)"
 
 
+@pytest.mark.slow
 def test_aa_alone_runs_its_passes_logs_them_and_refuses_an_unknown_pass(tmp_path):
     bench = [sys.executable, str(ROOT / "bench" / "aa_alone.py"), "--suite", "builtin", "--tasks", "softmax",
              "--workers", "1", "--log", str(tmp_path / "trials.jsonl")]

@@ -16,6 +16,7 @@ def run(*args, timeout=300):
                           timeout=timeout)
 
 
+@pytest.mark.slow
 def test_check_prints_a_json_verdict():
     p = run("check", "--suite", "builtin", "--task", "softmax", str(START / "softmax.py"))
     assert p.returncode == 0, p.stderr
@@ -69,6 +70,7 @@ def test_oversized_file_is_refused(tmp_path):
     assert p.returncode == 2 and "over" in p.stderr
 
 
+@pytest.mark.slow
 def test_list_and_list_json():
     p = run("list", "--suite", "builtin")
     assert p.returncode == 0 and "softmax" in p.stdout
@@ -89,6 +91,7 @@ def test_a_typo_gets_a_suggestion(args, words):
     assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
 
 
+@pytest.mark.slow
 def test_version_and_help_for_every_option():
     import argparse
 
@@ -105,6 +108,7 @@ def test_version_and_help_for_every_option():
     assert "usage: run.py resume" in text and "islands per task" in text and "--extend" in text
 
 
+@pytest.mark.slow
 def test_the_console_command_runs_once_installed(tmp_path):
     """`pip install -e .` makes a `triton-evolve` command of run.py's main (run.py is a top-level
     module: pyproject's py-modules must name it). A fresh venv that sees this one's packages
@@ -134,6 +138,7 @@ def test_a_closed_pipe_ends_list_quietly():
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_validate_within_seconds_and_keeps_what_finished(tmp_path):
     import signal
     import time

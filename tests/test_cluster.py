@@ -57,6 +57,7 @@ def outcome(path: Path) -> list[tuple]:
     return sorted(rows, key=repr)
 
 
+@pytest.mark.slow
 def test_a_search_on_a_dask_cluster_makes_the_same_candidates_and_verdicts_as_a_local_one(cluster, tmp_path):
     search(tmp_path, "local")
     p = search(tmp_path, "dask", "--cluster", cluster.scheduler_address)
@@ -75,6 +76,7 @@ def _unit_pids(cluster) -> list[int]:
         return list(client.run(os.getpid).values())
 
 
+@pytest.mark.slow
 def test_a_unit_killed_in_the_middle_of_a_run_loses_no_evaluation(cluster, tmp_path):
     run = search(tmp_path, "killed", "--cluster", cluster.scheduler_address, wait=False)
     path = tmp_path / "killed.db"
@@ -132,6 +134,7 @@ def softmax(x):
 '''
 
 
+@pytest.mark.slow
 def test_a_candidate_that_kills_its_units_is_failed_after_the_allowed_attempts(cluster, builtin):
     config = EvalConfig(workers=WORKERS, sandbox=False, device="cpu", timeout_s=120)
     with ClusterEvaluator(config, ClusterConfig(where=cluster.scheduler_address)) as ev:
@@ -164,6 +167,7 @@ def test_the_slurm_job_asks_for_one_gpu_and_starts_a_unit_with_its_resource():
     (["--cluster", "slurm", "--cluster-jobs", "0"], "must be at least 1"),
     (["--cluster", "gpus", "--device", "cpu"], "no visible CUDA device"),
 ])
+@pytest.mark.slow
 def test_bad_cluster_options_get_one_line_and_exit_2(tmp_path, flags, says):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     p = subprocess.run([*RUN, "--suite", "builtin", "--tasks", "softmax", "--archive", str(tmp_path / "x.db"),

@@ -85,12 +85,14 @@ def started(tmp_path_factory):
     return tmp
 
 
+@pytest.mark.slow
 def test_the_resolved_settings_are_stored_complete(started):
     stored = json.loads(rows(started / "a.db")[0][0][2])
     assert set(search_specs()) - set(PER_COMMAND) <= set(stored)
     assert (stored["islands"], stored["population"], stored["generations"], stored["tasks"]) == (1, 2, 0, "softmax")
 
 
+@pytest.mark.slow
 def test_changes_a_resume_cannot_make_are_refused_together(started):
     db = started / "a.db"
     before = db.read_bytes(), rows(db)
@@ -108,6 +110,7 @@ def test_changes_a_resume_cannot_make_are_refused_together(started):
     assert (db.read_bytes(), rows(db)) == before
 
 
+@pytest.mark.slow
 def test_resume_from_the_archive_alone_and_extend(started):
     db = started / "a.db"
     p = subprocess.run([*RUN, "resume", str(db)], capture_output=True, text=True, timeout=300)

@@ -1,7 +1,10 @@
 """fitness/engine/correctness.py: the correctness stage's schedule, on CPU (Triton interpreter)."""
 import time
 
+import pytest
 
+
+@pytest.mark.slow
 def test_outputs_are_compared_beside_the_child_and_its_slot_is_given_back_before_the_last_comparison(
         evaluator, builtin, monkeypatch):
     task = builtin["softmax"]
@@ -30,6 +33,7 @@ def test_outputs_are_compared_beside_the_child_and_its_slot_is_given_back_before
     assert v.phases["reference_compare_s"] >= 0.3 * len(compared)
 
 
+@pytest.mark.slow
 def test_every_case_of_a_wrong_kernel_is_reported_in_the_order_it_ran(evaluator, builtin):
     task = builtin["softmax"]
     wrong = task.start_source.replace("tl.exp(x - row_max) / denom", "tl.exp(x - row_max) / denom + 0.5")

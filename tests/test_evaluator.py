@@ -1,7 +1,9 @@
 """fitness/engine/evaluator.py: what a verdict records about where its time went (the cascade itself is
 covered by the exploit, suite and search tests)."""
+import pytest
 
 
+@pytest.mark.slow
 def test_a_verdict_says_where_the_workers_time_went(evaluator, builtin):
     task = builtin["softmax"]
     v = evaluator.evaluate(task, task.start_source)
@@ -12,6 +14,7 @@ def test_a_verdict_says_where_the_workers_time_went(evaluator, builtin):
     assert v.phases["replay_s"] > 0
 
 
+@pytest.mark.slow
 def test_every_evaluation_draws_its_own_seeds_and_heldout_shapes(evaluator, builtin):
     task = builtin["softmax"]
     a, b = (evaluator.evaluate(task, task.start_source) for _ in range(2))

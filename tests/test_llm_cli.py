@@ -36,6 +36,7 @@ def db(tmp):
     return sqlite3.connect(f"file:{tmp / 'a.db'}?mode=ro", uri=True)
 
 
+@pytest.mark.slow
 def test_llm_run_records_calls_tokens_and_cost(tmp_path):
     with LLMServer(usage={"prompt_tokens": 2000, "completion_tokens": 400}) as s:
         p = subprocess.run(cmd(tmp_path, "--model", "test-model", "--base-url", s.url, "--generations", "1",
@@ -55,6 +56,7 @@ def test_llm_run_records_calls_tokens_and_cost(tmp_path):
     assert json.loads((tmp_path / "best" / "summary.json").read_text())["tasks"][0]["status"] == "exported"
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_without_buying_a_stored_answer_again(tmp_path):
     """Every first answer has no code, and the follow-ups hang until the run is killed: the first
     answers are stored, their children never made. The resumed run must reuse them."""
@@ -108,6 +110,7 @@ def batch_output(requests_path: Path, start: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 def test_exchange_round_trip_with_batch_files_and_llm_batch(tmp_path):
     ex = tmp_path / "exchange"
     c = cmd(tmp_path, "--model", "test-model", "--llm-exchange", str(ex), "--generations", "1", "--device", "cpu")
@@ -155,6 +158,7 @@ def test_exchange_round_trip_with_batch_files_and_llm_batch(tmp_path):
     (["--model", "local", "--base-url", "URL", "--max-cost", "1"], "k", "give --llm-price IN,OUT"),
     (["--model", "test-model", "--base-url", "URL", "--temperature", "hot"], "k", "--temperature takes"),
 ])
+@pytest.mark.slow
 def test_bad_llm_input_is_one_line_at_start(tmp_path, extra, environment, message):
     with LLMServer(models=("test-model", "local")) as s:
         extra = [s.url if x == "URL" else x for x in extra]
@@ -169,6 +173,7 @@ def test_bad_llm_input_is_one_line_at_start(tmp_path, extra, environment, messag
     ("x" * (2 << 20), "answers held no usable code"),
     ((404, {"error": {"message": "The model `test-model` does not exist"}}, {}), "refused"),
 ], ids=["2MB-answer", "404-model"])
+@pytest.mark.slow
 def test_unusable_endpoint_answers_are_recorded_not_crashes(tmp_path, answer, status_word):
     with LLMServer(responder=lambda body, n: answer, models=None) as s:
         p = subprocess.run(cmd(tmp_path, "--model", "test-model", "--base-url", s.url, "--generations", "1",

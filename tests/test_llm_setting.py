@@ -85,6 +85,7 @@ def search_cmd(tmp, *extra):
             "--export", str(tmp / "best"), *extra]
 
 
+@pytest.mark.slow
 def test_instruction_run_shows_no_reference_start_or_suite_code(tmp_path, builtin):
     with LLMServer(responder=own_variant) as s:
         p = subprocess.run(search_cmd(tmp_path, "--setting", "instruction", "--model", "test-model", "--base-url",

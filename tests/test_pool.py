@@ -23,11 +23,13 @@ def _import(pool, source, timeout=60.0):
         return child.request({"op": "import", "source": source, "task": SPEC}, timeout)
 
 
+@pytest.mark.slow
 def test_a_hang_in_a_c_call_is_killed_on_deadline(pool):
     with pytest.raises(WorkerFailure, match="timed out"):
         _import(pool, "import time\ntime.sleep(600)\n", timeout=3)
 
 
+@pytest.mark.slow
 def test_a_fork_bomb_is_killed_with_its_process_group_and_the_pool_goes_on(pool):
     src = "import os\nfor _ in range(6):\n    os.fork()\nimport time\ntime.sleep(600)\n"
     with pytest.raises(WorkerFailure, match="timed out"):
@@ -77,6 +79,7 @@ def test_what_a_child_writes_to_tmp_is_gone_for_the_next_child(pool):
     assert not os.path.exists(os.path.join("/tmp", marker))
 
 
+@pytest.mark.slow
 def test_a_candidate_child_reads_the_shared_triton_cache_and_writes_only_its_own(tmp_path):
     """Launchers built by clean children are found; what a candidate builds, or writes on
     purpose, never lands in the shared cache."""
@@ -109,6 +112,7 @@ def test_a_candidate_child_reads_the_shared_triton_cache_and_writes_only_its_own
     assert left == ["entry.txt"] if strict else "new.bin" not in left
 
 
+@pytest.mark.slow
 def test_a_spare_child_is_started_ahead_and_still_serves_one_conversation_only():
     p = WorkerPool(1, detect(True), True, 4 << 30, spares=1)
     try:
@@ -128,6 +132,7 @@ def test_a_spare_child_is_started_ahead_and_still_serves_one_conversation_only()
     assert not p._spare and p.zygote.proc is None
 
 
+@pytest.mark.slow
 def test_a_candidates_child_runs_at_a_lower_priority_than_a_timing_child():
     from fitness.process.isolation import CANDIDATE_NICE
     base = os.nice(0)

@@ -219,6 +219,7 @@ result_gold = test_scale_add()
 '''
 
 
+@pytest.mark.slow
 def test_validate_retries_alone_what_sharing_the_gpu_can_cause(data, tmp_path):
     """A reference that ran out of GPU memory among several workers is run again, alone, before it
     is called invalid-here (this one fails again: it always raises)."""

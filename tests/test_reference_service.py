@@ -34,6 +34,7 @@ def case(seed, shape=None):
     return {"split": "tuning", "shape": shape or {"M": 64, "N": 256}, "dtype": "float32", "seed": seed}
 
 
+@pytest.mark.slow
 def test_a_reference_child_passes_right_outputs_and_names_what_is_wrong_in_others(builtin, service):
     task = builtin["softmax"]
     good = case(11)
@@ -49,6 +50,7 @@ def test_a_reference_child_passes_right_outputs_and_names_what_is_wrong_in_other
     assert service.stats.checks == 3 and service.stats.fallbacks == 0
 
 
+@pytest.mark.slow
 def test_a_reference_child_that_died_is_replaced_and_the_comparison_still_answered(builtin, service):
     task = builtin["softmax"]
     first = case(21)
@@ -66,6 +68,7 @@ def test_a_reference_child_that_died_is_replaced_and_the_comparison_still_answer
     assert service.pool.restarts >= 1  # at least one fresh child replaced a killed one
 
 
+@pytest.mark.slow
 def test_where_no_reference_child_can_answer_the_engine_compares_itself(builtin):
     nowhere = {"suite": "builtin", "name": "no-such-task", "path": None}  # the child cannot load it
     with Evaluator(EvalConfig(workers=1, sandbox=False)) as ev:

@@ -71,6 +71,7 @@ def timed_archive(tmp_path):
     return tmp_path / "t.db"
 
 
+@pytest.mark.slow
 def test_timed_report_figures_match_hand_computation(timed_archive, tmp_path):
     p = report("--archive", timed_archive, "--out", tmp_path / "rep", "--json")
     assert p.returncode == 0, p.stderr
@@ -122,6 +123,7 @@ def test_invalid_file_takes_tasks_out_of_the_figures(timed_archive, tmp_path):
     assert r["suite"]["tasks"] == 2 and r["suite"]["solved"] == 1
 
 
+@pytest.mark.slow
 def test_report_never_writes_to_the_archive(timed_archive, tmp_path):
     before = timed_archive.read_bytes()
     timed_archive.chmod(0o444)
@@ -141,6 +143,7 @@ def test_without_matplotlib_tables_render_and_plots_are_skipped(timed_archive, t
 
 
 # -- a real run on CPU ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_report_of_a_cpu_search(cpu_search_archive, tmp_path):
     out = tmp_path / "rep"
     p = report("--archive", cpu_search_archive, "--out", out)
@@ -184,6 +187,7 @@ def test_report_of_a_cpu_search(cpu_search_archive, tmp_path):
 
 
 # -- live archives ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_report_while_a_writer_holds_an_open_transaction(tmp_path):
     a = Archive(tmp_path / "live.db")
     run = a.new_run("builtin", {"suite": "builtin", "islands": 1})
@@ -264,6 +268,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, make, message):
     assert not (tmp_path / "rep").exists()
 
 
+@pytest.mark.slow
 def test_unknown_run_and_unreadable_invalid_file(timed_archive, tmp_path):
     p = report("--archive", timed_archive, "--run", 7, "--out", tmp_path / "rep")
     assert p.returncode == 2 and "has no run 7 (runs: 1)" in p.stderr
@@ -271,6 +276,7 @@ def test_unknown_run_and_unreadable_invalid_file(timed_archive, tmp_path):
     assert p.returncode == 2 and "no file of invalid tasks" in p.stderr
 
 
+@pytest.mark.slow
 def test_run_with_candidates_but_no_evaluation_yet(tmp_path):
     a = Archive(tmp_path / "a.db")
     run = a.new_run("builtin", {"suite": "builtin", "islands": 2})
@@ -311,6 +317,7 @@ def test_suite_not_loadable_here_still_reports(tmp_path):
         (out / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_time_breakdown_of_a_search_and_of_one_session(cpu_search_archive):
     """bench/time_breakdown.py reads the phases the verdicts recorded."""
     script = [sys.executable, str(Path(__file__).resolve().parent.parent / "bench" / "time_breakdown.py"),
@@ -429,6 +436,7 @@ def test_lineage_stops_where_a_parent_is_not_in_the_run():
     assert [s.id for s in chain] == [2, 1] and broken == 1
 
 
+@pytest.mark.slow
 def test_kernel_sections_of_a_cpu_search_match_the_export(cpu_search_archive, tmp_path):
     r, out = build(str(cpu_search_archive), tmp_path / "rep")
     exported = json.loads((cpu_search_archive.parent / "best" / "summary.json").read_text())
@@ -464,6 +472,7 @@ def _evaluated(out):
         return None
 
 
+@pytest.mark.slow
 def test_watch_rewrites_while_live_and_stops_with_the_run(tmp_path):
     a = Archive(tmp_path / "live.db")
     run = a.new_run("builtin", {"suite": "builtin", "islands": 1})
@@ -487,6 +496,7 @@ def test_watch_rewrites_while_live_and_stops_with_the_run(tmp_path):
     assert "(running)" in stdout and "(finished)" in stdout
 
 
+@pytest.mark.slow
 def test_watch_stops_cleanly_on_ctrl_c(tmp_path):
     import signal
 

@@ -40,6 +40,7 @@ def finished(tmp_path_factory):
     return tmp, p
 
 
+@pytest.mark.slow
 def test_run_completes_archives_and_exports(finished):
     tmp, p = finished
     assert "operators: knobs" in p.stdout and "no LLM is configured" in p.stdout
@@ -59,6 +60,7 @@ def test_run_completes_archives_and_exports(finished):
     assert exported.read_text().startswith("# triton-evolve export")
 
 
+@pytest.mark.slow
 def test_exported_kernel_passes_check(finished):
     tmp, _ = finished
     p = subprocess.run([*RUN, "check", "--suite", "builtin", "--task", "softmax", str(tmp / "best" / "softmax.py")],
@@ -67,6 +69,7 @@ def test_exported_kernel_passes_check(finished):
     assert verdict["correct"] and verdict["heldout_correct"], verdict["reason"]
 
 
+@pytest.mark.slow
 def test_sigkill_mid_generation_then_resume(tmp_path):
     cmd = search_cmd(tmp_path, "--generations", "3", "--workers", "1")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -121,6 +124,7 @@ def test_sigkill_mid_generation_then_resume(tmp_path):
     (["--fresh", "--tasks", "nope"], "unknown task(s): nope"),
     (["--fresh", "--category", "nothing"], "no task matches"),
 ])
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_leaves_the_archive_alone(finished, extra, message):
     tmp, _ = finished
     before = (tmp / "a.db").read_bytes()
@@ -135,6 +139,7 @@ def rows(tmp):
     return [conn.execute(f"select * from {t} order by 1").fetchall() for t in ("runs", "candidates", "evaluations")]
 
 
+@pytest.mark.slow
 def test_conflicting_config_and_foreign_archive_are_refused(finished, tmp_path):
     tmp, _ = finished
     before = rows(tmp)
@@ -176,6 +181,7 @@ def test_conflicting_config_and_foreign_archive_are_refused(finished, tmp_path):
     assert junk.read_bytes() == b"\x00\x01 not sqlite"
 
 
+@pytest.mark.slow
 def test_time_limit_and_sigterm_stop_cleanly_and_export(tmp_path):
     t0 = time.monotonic()
     p = subprocess.run(search_cmd(tmp_path, "--generations", "50", "--time-limit", "6"), capture_output=True,
@@ -199,6 +205,7 @@ def test_time_limit_and_sigterm_stop_cleanly_and_export(tmp_path):
     assert db(tmp_path).execute("select count(*) from evaluations").fetchone()[0] >= n0
 
 
+@pytest.mark.slow
 def test_the_default_export_folder_is_named_after_the_archive(tmp_path):
     """Two archives of one suite never overwrite each other's exported kernels."""
     cmd = search_cmd(tmp_path, "--generations", "0", "--time-limit", "60")

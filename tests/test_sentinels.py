@@ -4,6 +4,8 @@ here); the archive is the real SQLite one."""
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from archives.archive import Archive
 from archives.metrics import aa_noise
 from evolve.sentinels import Sentinels
@@ -58,6 +60,7 @@ def test_aa_noise_and_the_closing_line_by_hand():
     assert "A/A sentinels: 4, median |A/A - 1| 2.50%, p90 10.00%" in line
 
 
+@pytest.mark.slow
 def test_a_sentinel_names_its_baseline_on_any_machine(evaluator, builtin):
     v = evaluator.evaluate(builtin["softmax"], builtin["softmax"].start_source, aa=True)
     assert "aa-sentinel" in v.flags and "A/A" in v.baseline and v.passed

@@ -67,6 +67,7 @@ def test_oversized_source_rejected():
     assert "limit" in check_source(big.encode(), "entry").reason
 
 
+@pytest.mark.slow
 def test_every_parse_of_ours_goes_through_the_lock_and_nothing_patches_ast():
     """CPython 3.11 parses unsafely in threads (gh-106905: a Dask unit's parallel evaluations
     died with "AST constructor recursion depth mismatch"): every layer parses with

@@ -33,6 +33,7 @@ def test_a_signature_that_could_become_launcher_code_is_refused(bad):
         _check_signature(bad)
 
 
+@pytest.mark.slow
 def test_the_recorders_own_snapshot_is_not_part_of_the_recorded_call():
     """An answer made where the recorder does not look (torch on another thread) enters the
     trace as a snapshot; the copy the recorder takes of it must not be recorded as the call's own
@@ -65,6 +66,7 @@ def _reinterpreting_softmax() -> str:
     return start.replace(launch, through)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("interpret", ["1", pytest.param("0", marks=pytest.mark.gpu)], ids=["interpreted", "compiled"])
 def test_a_tensor_passed_through_triton_reinterpret_is_recorded_and_replayed(tmp_path, interpret):
     """Interpreted, the replay reinterprets again; compiled, the binary gets the tensor's pointer."""
@@ -85,6 +87,7 @@ def test_a_reinterpreted_tensor_of_a_dtype_triton_does_not_have_is_refused():
         _reinterpret(torch.zeros(4), "fp99")
 
 
+@pytest.mark.slow
 def test_a_kernel_launched_on_a_reinterpreted_output_passes_the_evaluator(evaluator, builtin):
     v = evaluator.evaluate(builtin["softmax"], _reinterpreting_softmax())
     assert v.passed, v.reason

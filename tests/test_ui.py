@@ -163,6 +163,7 @@ def test_a_live_archive_is_read_as_it_grows(tmp_path):
     assert not ui.live(tmp_path / "live.db")  # finished and checkpointed: served immutable
 
 
+@pytest.mark.slow
 def test_canned_queries_on_a_real_cpu_search(cpu_search_archive, tmp_path):
     from archives.report import build
 
@@ -185,6 +186,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_ui_command_serves_the_archive_until_ctrl_c(archive):
     path, ids = archive
     port = _free_port()
@@ -208,6 +210,7 @@ def test_ui_command_serves_the_archive_until_ctrl_c(archive):
     assert stdout.startswith(f"serving {path} (finished: immutable) at http://127.0.0.1:{port}/arch")
 
 
+@pytest.mark.slow
 def test_metadata_out_and_bad_input(archive, tmp_path):
     path, _ = archive
     p = subprocess.run([*RUN, "ui", "--archive", str(path), "--metadata-out", str(tmp_path / "m.json")],

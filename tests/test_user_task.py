@@ -114,6 +114,7 @@ def test_each_bad_piece_is_named_in_one_line(tmp_path, old, new, words):
     assert message.startswith(f"{path}: ") and words in message and "\n" not in message
 
 
+@pytest.mark.slow
 def test_a_bad_task_file_exits_2_with_one_line(tmp_path):
     path = _edit(tmp_path, "bad", 'DTYPES = ["float32"]', 'DTYPES = ["floot32"]')
     p = run("list", "--suite", str(path))
@@ -124,6 +125,7 @@ def test_a_bad_task_file_exits_2_with_one_line(tmp_path):
     assert p.returncode == 2 and p.stderr.strip() == f"error: {tmp_path / 'nothing.py'}: no such task file or folder"
 
 
+@pytest.mark.slow
 def test_new_task_refuses_a_bad_name_or_an_existing_file(tmp_path):
     assert run("new-task", "my-op", "--out", str(tmp_path)).returncode == 2
     assert run("new-task", "my_op", "--out", str(tmp_path)).returncode == 0
@@ -132,6 +134,7 @@ def test_new_task_refuses_a_bad_name_or_an_existing_file(tmp_path):
     assert (tmp_path / "my_op.py").read_text() == TEMPLATE.read_text().replace("scale_add", "my_op")
 
 
+@pytest.mark.slow
 def test_template_round_trip_validates_in_the_sandbox(tmp_path):
     """new-task, then validate as written: the workers load the file from under /tmp, which the
     sandbox shows them only because run.py names it (EvalConfig.task_dirs)."""
@@ -144,6 +147,7 @@ def test_template_round_trip_validates_in_the_sandbox(tmp_path):
     assert label.startswith("my_op-") and (tmp_path / "runs" / f"{label}-validation.json").exists()
 
 
+@pytest.mark.slow
 def test_search_exports_a_kernel_a_user_script_imports(tmp_path):
     assert run("new-task", "my_op", cwd=tmp_path).returncode == 0
     p = run("--suite", "my_op.py", *TINY, cwd=tmp_path)
