@@ -128,7 +128,8 @@ _GATHER: dict[str, Prim] = {
     "index_select.default": Prim(("T", "int", "T"), COPY, lambda d, t, dim, i: torch.index_select(t, dim, i)),
     "gather.default": Prim(("T", "int", "T"), COPY, lambda d, t, dim, i, **k: torch.gather(t, dim, i),
                            {"sparse_grad": "bool?"}),
-    "index.Tensor": Prim(("T", "Tidx"), COPY, lambda d, t, idx: t[tuple(idx)]),
+    # aten's None in the index list takes that dim whole (x[:, i] records [None, i]); Python's None adds a dim
+    "index.Tensor": Prim(("T", "Tidx"), COPY, lambda d, t, idx: t[tuple(slice(None) if i is None else i for i in idx)]),
     "masked_fill.Scalar": Prim(("T", "T", "num"), COPY, lambda d, t, m, v: t.masked_fill(m, v)),
     "masked_fill_.Scalar": Prim(("T", "T", "num"), COPY, lambda d, t, m, v: t.masked_fill_(m, v), inplace=True),
     "repeat.default": Prim(("T", "ints"), COPY, lambda d, t, r: t.repeat(r)),
