@@ -506,7 +506,10 @@ def test_watch_stops_cleanly_on_ctrl_c(tmp_path):
     a.close()
     out = tmp_path / "rep"
     proc = subprocess.Popen([*RUN, "report", "--archive", str(tmp_path / "live.db"), "--out", str(out),
-                             "--watch", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--watch", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a shell's background job inherits SIGINT ignored, and Python then leaves it
+                            # ignored (CI run as `... &`: the watch never stopped)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         _wait_for(lambda: _evaluated(out) == 1, proc)
         proc.send_signal(signal.SIGINT)

@@ -191,7 +191,9 @@ def test_ui_command_serves_the_archive_until_ctrl_c(archive):
     path, ids = archive
     port = _free_port()
     proc = subprocess.Popen([*RUN, "ui", "--archive", str(path), "--port", str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            # a shell's background job inherits SIGINT ignored, and Python then leaves it ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline, rows = time.monotonic() + 90, None
         while rows is None and time.monotonic() < deadline:
