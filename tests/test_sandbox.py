@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from fitness.engine.sandbox import MAX_CONNECTIONS, _needed_paths, detect, worker_env
+from tests.conftest import ROOT
 
 
 def test_disabled_sandbox_says_so():
@@ -14,6 +15,16 @@ def test_disabled_sandbox_says_so():
 
 def test_python_and_checkout_are_kept_visible():
     assert sys.prefix in _needed_paths()
+
+
+def test_workers_find_the_project_from_any_folder():
+    """fitness/engine/ is two folders below the project: the zygote's path and folder are the project's
+    (after the move into folders it was fitness/: in a project under /tmp, which the sandbox hides but
+    for the paths it binds, `triton-evolve check` failed with no module 'suites')."""
+    root = ROOT.resolve()
+    assert (root / "run.py").is_file() and (root / "suites").is_dir()
+    assert worker_env(True, 1 << 30)["PYTHONPATH"].split(os.pathsep)[0] == str(root)
+    assert str(root) in _needed_paths()
 
 
 @pytest.mark.skipif(not detect().isolated, reason=detect().description)

@@ -26,18 +26,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import IO
 
 from fitness.engine.forked_child import STARTUP_TIMEOUT_S, _tail
 from fitness.engine.forked_child import ChildProcess as ChildProcess
 from fitness.engine.forked_child import WorkerFailure as WorkerFailure
+from fitness.engine.sandbox import PROJECT_ROOT as ROOT  # the zygote starts in the project folder
 from fitness.engine.sandbox import Sandbox, worker_env
 from fitness.process import reaper
 
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
 FORK_TIMEOUT_S = 60.0
 # a caller's "stop waiting?", asked while it waits for a slot or a turn (a run that is stopping)
 CancelCheck = Callable[[], bool]

@@ -23,6 +23,10 @@ from pathlib import Path
 
 from suites.data import project_cache
 
+# the project folder, on every worker's path (fitness/engine/ is two folders down): the suites and
+# run.py import from there wherever the command was started
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
 
 def cache_dir() -> Path:
     root = project_cache()
@@ -91,7 +95,7 @@ def detect(disabled: bool = False, triton_cache: str | None = None, data: tuple[
 
 
 def _needed_paths() -> set[str]:
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(PROJECT_ROOT)
     paths = {root, sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.realpath(sys.executable)}
     paths.update(p for p in sys.path if p)
     paths.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
@@ -132,6 +136,6 @@ def worker_env(interpret: bool, mem_limit_bytes: int, triton_cache: str | None =
         env["TRITON_INTERPRET"] = "1"
     else:
         env.pop("TRITON_INTERPRET", None)
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(PROJECT_ROOT)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env
