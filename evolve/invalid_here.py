@@ -9,8 +9,6 @@ from archives.records import Candidate
 from fitness.common.flags import Flag
 from fitness.engine.verdict import untimeable_start
 
-INVALID_HERE = Flag.INVALID_HERE  # the evaluator's flag: the task's reference fails on this machine
-
 
 def _first_line(reason: str) -> str:
     """A reason for one line: for a trace, its lead-in and the exception it ended with."""
@@ -29,7 +27,7 @@ def invalid_reason(c: Candidate) -> str:
     triton_attention cut the run's timing throughput by half)."""
     if c.evaluation is None:
         return ""
-    if INVALID_HERE in c.flags:
+    if Flag.INVALID_HERE in c.flags:
         return _first_line(c.error)
     return untimeable_start(c.flags, c.error) if c.operator == "start" else ""
 

@@ -33,7 +33,6 @@ from archives.codehash import code_hash
 from archives.records import Candidate, Draft, json_list
 from evolve.breeding import AWAITING, Brood, Draw, Job, Proposal, breed
 from evolve.config import SearchConfig
-from evolve.invalid_here import INVALID_HERE as INVALID_HERE
 from evolve.invalid_here import _first_line
 from evolve.invalid_here import invalid_reason as invalid_reason
 from evolve.invalid_here import known_invalid as known_invalid
@@ -42,6 +41,7 @@ from evolve.population import Kernel
 from evolve.progress import Evaluated, Event, GenerationDone
 from evolve.stopping import at_roofline, saved_calls, stalled
 from evolve.task_end import Halt, TaskEnd  # re-exported (__all__)
+from fitness.common.flags import Flag
 from fitness.engine.verdict import Verdict
 from operators.base import Child, Context, Exhausted, Parent, Pending, WeightedOperator
 from operators.shape_facts import median_baselines
@@ -378,7 +378,7 @@ class TaskSearch:
                 complete = False
                 continue
             self.archive.add_evaluation(c.id, verdict)
-            if INVALID_HERE in verdict.flags:  # the suite's reference fails on this machine
+            if Flag.INVALID_HERE in verdict.flags:  # the suite's reference fails on this machine
                 self.invalid = self.invalid or _first_line(verdict.reason)
             if verdict.passed and verdict.speedup:
                 self.best = max(self.best or 0.0, verdict.speedup)

@@ -15,7 +15,8 @@ from archives.archive import Archive
 from archives.records import Draft
 from evolve.device_identity import RETIME_FLAG, check_devices, device_model, machine_devices, retime_elsewhere
 from evolve.task_search import known_invalid
-from fitness.engine.verdict import TIMING_FAILED, Verdict
+from fitness.common.flags import Flag
+from fitness.engine.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [sys.executable, str(ROOT / "run.py")]
@@ -90,11 +91,11 @@ def test_a_task_known_invalid_in_an_earlier_session_stays_invalid(tmp_path):
     assert known_invalid(a.candidates(run, "t")) == "the reference fails here: RuntimeError: boom"
     b = a.add_candidate(Draft(run, "u", -1, 0, "s", "h1", (), "start"))
     a.add_evaluation(b.id, Verdict("u", stage="correct", reason="timing: the replay faulted",
-                                   flags=[TIMING_FAILED], device=H100))
+                                   flags=[Flag.TIMING_FAILED], device=H100))
     assert known_invalid(a.candidates(run, "u")).startswith("its starting kernel cannot be timed here")
     child = a.add_candidate(Draft(run, "u", 0, 1, "c", "h2", (b.id,), "knobs"))
     a.add_evaluation(child.id, Verdict("u", stage="correct", reason="timing: the replay faulted",
-                                       flags=[TIMING_FAILED], device=H100))
+                                       flags=[Flag.TIMING_FAILED], device=H100))
     assert known_invalid([a.candidate(child.id)]) == ""  # a child that cannot be timed is its own failure
     a.close()
 

@@ -1,8 +1,9 @@
 """fitness/engine/judges.py: what each kind of task decides, without a worker."""
+from fitness.common.flags import Flag
 from fitness.engine.evaluator import EvalConfig, Evaluator
 from fitness.engine.judges import FunctionJudge, ScriptJudge, judge_for
 from fitness.engine.static_gate import allowance
-from fitness.engine.verdict import TIMING_BIASED, TIMING_FAILED, Verdict, biased_aa, untimeable_start
+from fitness.engine.verdict import Verdict, biased_aa, untimeable_start
 from suites.tritonbench import load as load_tritonbench
 from tests.suite_fixtures import write_tritonbench
 
@@ -58,7 +59,7 @@ def _timed(speedup: float, baseline_ms: float, candidate_ms: float) -> Verdict:
 def test_an_a_a_timed_far_from_parity_fails_as_untimeable_and_says_which_side_did_more():
     v = _timed(23.66, 4.6253, 0.2242)  # H100, TritonBench cross_entropy2: its wrapper prints its outputs
     biased_aa(v)
-    assert not v.passed and v.speedup is None and {TIMING_FAILED, TIMING_BIASED} <= set(v.flags)
+    assert not v.passed and v.speedup is None and {Flag.TIMING_FAILED, Flag.TIMING_BIASED} <= set(v.flags)
     assert "measured 23.66x" in v.reason and "the baseline 4.625 ms, its replayed kernels 0.224 ms" in v.reason
     assert untimeable_start(v.flags, v.reason).startswith(
         "its starting kernel cannot be timed here: timing: the baseline's own code, timed against itself")

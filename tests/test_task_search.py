@@ -7,7 +7,8 @@ from concurrent.futures import Future
 from archives.archive import Archive
 from archives.codehash import code_hash
 from evolve.task_search import START_ISLAND, SearchConfig, Shared, TaskSearch
-from fitness.engine.verdict import TIMING_FAILED, Verdict
+from fitness.common.flags import Flag
+from fitness.engine.verdict import Verdict
 from operators.knobs import find_knobs
 from operators.registry import knob_operators
 
@@ -179,7 +180,7 @@ class Untimeable(FakeEvaluator):
     def submit(self, task, source):
         self.sources.append(source)
         f = Future()
-        f.set_result(Verdict(task.name, stage="correct", reason=self.reason, flags=[TIMING_FAILED]))
+        f.set_result(Verdict(task.name, stage="correct", reason=self.reason, flags=[Flag.TIMING_FAILED]))
         return f
 
 

@@ -48,10 +48,9 @@ class Prim:
     inplace: bool = False  # writes its first argument (and returns it)
 
 
+# the keywords a factory or a *_like step may record (the engine passes on dtype and memory format only)
 _FACTORY = {"dtype": "dtype?", "layout": "layout?", "device": "device?", "pin_memory": "bool?",
             "memory_format": "enum?"}
-_LIKE = {"dtype": "dtype?", "layout": "layout?", "device": "device?", "pin_memory": "bool?",
-         "memory_format": "enum?"}
 
 
 def _f(kw: dict) -> dict:
@@ -61,10 +60,6 @@ def _f(kw: dict) -> dict:
 
 def _dev(kw: dict, device: str) -> dict:
     return {**_f(kw), "device": device}
-
-
-def _like(kw: dict) -> dict:
-    return {k: v for k, v in kw.items() if k in ("dtype", "memory_format") and v is not None}
 
 
 def _slice(t: torch.Tensor, dim: int | None = 0, start: int | None = None, end: int | None = None,
@@ -91,14 +86,6 @@ def _reduce(op: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _amax(t: torch.Tensor, dim: tuple[int, ...] = (), keepdim: bool = False) -> torch.Tensor:
-    return torch.amax(t, dim=dim, keepdim=keepdim)
-
-
-def _amin(t: torch.Tensor, dim: tuple[int, ...] = (), keepdim: bool = False) -> torch.Tensor:
-    return torch.amin(t, dim=dim, keepdim=keepdim)
-
-
 def _by_dim(op: Callable[..., Any]) -> Callable[..., Any]:
     """max.dim / min.dim: values and indices along one dim."""
     def run(device: str, t: torch.Tensor, dim: int, keep: bool | None = False) -> tuple:
@@ -117,7 +104,7 @@ def _topk(device: str, t: torch.Tensor, k: int, dim: int | None = -1, largest: b
 
 def _norm(device: str, t: torch.Tensor, order: Any = 2, dims: list[int] | None = None, keep: bool | None = False,
           **k: Any) -> torch.Tensor:
-    return torch.linalg.vector_norm(t, 2 if order is None else order, dims or None, bool(keep), **_like(k))
+    return torch.linalg.vector_norm(t, 2 if order is None else order, dims or None, bool(keep), **_f(k))
 
 
 # indexing, padding, sorting and row-wise math a wrapper does around its kernels (counted as work)
@@ -149,7 +136,14 @@ _GATHER: dict[str, Prim] = {
     "linalg_vector_norm.default": Prim(("T", "num?", "ints?", "bool?"), COPY, _norm, {"dtype": "dtype?"}),
 }
 
-_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
+# add/sub/mul/div and their in-place forms (add_ ...); only add and sub take alpha
+_BINARY: dict[str, Callable[..., Any]] = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
+
+
+def _alpha(name: str) -> dict[str, str]:
+    return {"alpha": "num?"} if name in ("add", "sub") else {}
+
+
 # torch glue a TORCH_OPS task's wrapper runs around its kernels (quantize, scale, reduce, a matmul):
 # counted as work like any copy, so only a task that allows torch work passes with them
 _GLUE: dict[str, Prim] = {
@@ -165,15 +159,15 @@ _GLUE: dict[str, Prim] = {
     "clamp.default": Prim(("T", "num?", "num?"), COPY, lambda d, t, lo=None, hi=None: torch.clamp(t, lo, hi)),
     "clamp_min.default": Prim(("T", "num"), COPY, lambda d, t, lo: torch.clamp_min(t, lo)),
     "clamp_max.default": Prim(("T", "num"), COPY, lambda d, t, hi: torch.clamp_max(t, hi)),
-    "amax.default": Prim(("T", "ints?", "bool?"), COPY, _reduce(_amax)),
-    "amin.default": Prim(("T", "ints?", "bool?"), COPY, _reduce(_amin)),
-    "sum.default": Prim(("T",), COPY, lambda d, t, **k: torch.sum(t, **_like(k)), {"dtype": "dtype?"}),
+    "amax.default": Prim(("T", "ints?", "bool?"), COPY, _reduce(torch.amax)),
+    "amin.default": Prim(("T", "ints?", "bool?"), COPY, _reduce(torch.amin)),
+    "sum.default": Prim(("T",), COPY, lambda d, t, **k: torch.sum(t, **_f(k)), {"dtype": "dtype?"}),
     "sum.dim_IntList": Prim(("T", "ints?", "bool?"), COPY, _reduce(torch.sum), {"dtype": "dtype?"}),
-    "mean.default": Prim(("T",), COPY, lambda d, t, **k: torch.mean(t, **_like(k)), {"dtype": "dtype?"}),
+    "mean.default": Prim(("T",), COPY, lambda d, t, **k: torch.mean(t, **_f(k)), {"dtype": "dtype?"}),
     "mean.dim": Prim(("T", "ints?", "bool?"), COPY, _reduce(torch.mean), {"dtype": "dtype?"}),
     "argmax.default": Prim(("T", "int?", "bool?"), COPY,
                            lambda d, t, dim=None, keep=False: torch.argmax(t, dim, bool(keep))),
-    "cumsum.default": Prim(("T", "int"), COPY, lambda d, t, dim, **k: torch.cumsum(t, dim, **_like(k)),
+    "cumsum.default": Prim(("T", "int"), COPY, lambda d, t, dim, **k: torch.cumsum(t, dim, **_f(k)),
                            {"dtype": "dtype?"}),
     "mm.default": Prim(("T", "T"), COPY, lambda d, a, b: torch.mm(a, b)),
     "bmm.default": Prim(("T", "T"), COPY, lambda d, a, b: torch.bmm(a, b)),
@@ -181,8 +175,8 @@ _GLUE: dict[str, Prim] = {
         c, a, b, beta=k.get("beta", 1), alpha=k.get("alpha", 1)), {"beta": "num?", "alpha": "num?"}),
     "cat.default": Prim(("Ts", "int?"), COPY, lambda d, ts, dim=0: torch.cat(ts, dim or 0)),
     "stack.default": Prim(("Ts", "int?"), COPY, lambda d, ts, dim=0: torch.stack(ts, dim or 0)),
-    **{f"{n}_.Tensor": Prim(("T", "T|num"), COPY, _arith(getattr(torch.Tensor, f"{n}_")), {"alpha": "num?"}
-                            if n in ("add", "sub") else {}, inplace=True) for n in _BINARY},
+    **{f"{n}_.Tensor": Prim(("T", "T|num"), COPY, _arith(getattr(torch.Tensor, f"{n}_")), _alpha(n), inplace=True)
+       for n in _BINARY},
     **{f"{n}.{o}": Prim(("T", "T|num"), COPY, lambda d, a, b, fn=fn: fn(a, b)) for n, fn in {
         "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}.items()
         for o in ("Tensor", "Scalar")},
@@ -195,7 +189,7 @@ _GLUE: dict[str, Prim] = {
 PRIMITIVES: dict[str, Prim] = {
     # allocation: a new storage, nothing written
     "empty.memory_format": Prim(("ints",), ALLOC, lambda d, s, **k: torch.empty(s, **_dev(k, d)), _FACTORY),
-    "empty_like.default": Prim(("T",), ALLOC, lambda d, t, **k: torch.empty_like(t, **_like(k)), _LIKE),
+    "empty_like.default": Prim(("T",), ALLOC, lambda d, t, **k: torch.empty_like(t, **_f(k)), _FACTORY),
     "empty_strided.default": Prim(("ints", "ints"), ALLOC,
                                   lambda d, s, st, **k: torch.empty_strided(s, st, **_dev(k, d)), _FACTORY),
     "new_empty.default": Prim(("T", "ints"), ALLOC, lambda d, t, s, **k: t.new_empty(s, **_f(k)), _FACTORY),
@@ -205,9 +199,9 @@ PRIMITIVES: dict[str, Prim] = {
     "zeros.default": Prim(("ints",), FILL, lambda d, s, **k: torch.zeros(s, **_dev(k, d)), _FACTORY),
     "ones.default": Prim(("ints",), FILL, lambda d, s, **k: torch.ones(s, **_dev(k, d)), _FACTORY),
     "full.default": Prim(("ints", "num"), FILL, lambda d, s, v, **k: torch.full(s, v, **_dev(k, d)), _FACTORY),
-    "zeros_like.default": Prim(("T",), FILL, lambda d, t, **k: torch.zeros_like(t, **_like(k)), _LIKE),
-    "ones_like.default": Prim(("T",), FILL, lambda d, t, **k: torch.ones_like(t, **_like(k)), _LIKE),
-    "full_like.default": Prim(("T", "num"), FILL, lambda d, t, v, **k: torch.full_like(t, v, **_like(k)), _LIKE),
+    "zeros_like.default": Prim(("T",), FILL, lambda d, t, **k: torch.zeros_like(t, **_f(k)), _FACTORY),
+    "ones_like.default": Prim(("T",), FILL, lambda d, t, **k: torch.ones_like(t, **_f(k)), _FACTORY),
+    "full_like.default": Prim(("T", "num"), FILL, lambda d, t, v, **k: torch.full_like(t, v, **_f(k)), _FACTORY),
     "new_zeros.default": Prim(("T", "ints"), FILL, lambda d, t, s, **k: t.new_zeros(s, **_f(k)), _FACTORY),
     "new_ones.default": Prim(("T", "ints"), FILL, lambda d, t, s, **k: t.new_ones(s, **_f(k)), _FACTORY),
     "new_full.default": Prim(("T", "ints", "num"), FILL, lambda d, t, s, v, **k: t.new_full(s, v, **_f(k)), _FACTORY),
@@ -242,14 +236,11 @@ PRIMITIVES: dict[str, Prim] = {
     # a scalar read to the host (.item()): no memory written, its number never reaches the replay
     "_local_scalar_dense.default": Prim(("T",), READ, lambda d, t: t.item()),
     # copies and arithmetic: values read from tensors, counted as work
-    "clone.default": Prim(("T",), COPY, lambda d, t, **k: t.clone(**_like(k)), {"memory_format": "enum?"}),
+    "clone.default": Prim(("T",), COPY, lambda d, t, **k: t.clone(**_f(k)), {"memory_format": "enum?"}),
     "copy_.default": Prim(("T", "T", "bool?"), COPY, lambda d, t, s, nb=False: t.copy_(s), inplace=True),
-    "_to_copy.default": Prim(("T",), COPY, lambda d, t, **k: t.to(**_like(k), copy=True),
-                             {**_LIKE, "non_blocking": "bool?"}),
-    "add.Tensor": Prim(("T", "T|num"), COPY, _arith(torch.add), {"alpha": "num?"}),
-    "sub.Tensor": Prim(("T", "T|num"), COPY, _arith(torch.sub), {"alpha": "num?"}),
-    "mul.Tensor": Prim(("T", "T|num"), COPY, _arith(torch.mul)),
-    "div.Tensor": Prim(("T", "T|num"), COPY, _arith(torch.div)),
+    "_to_copy.default": Prim(("T",), COPY, lambda d, t, **k: t.to(**_f(k), copy=True),
+                             {**_FACTORY, "non_blocking": "bool?"}),
+    **{f"{n}.Tensor": Prim(("T", "T|num"), COPY, _arith(fn), _alpha(n)) for n, fn in _BINARY.items()},
     "neg.default": Prim(("T",), COPY, lambda d, t: torch.neg(t)),
     **{k: Prim(("T",), COPY, fn) for k, fn in {
         "abs.default": lambda d, t: torch.abs(t), "exp.default": lambda d, t: torch.exp(t),

@@ -42,7 +42,7 @@ from fitness.engine.trials import (
 )
 from fitness.engine.turn_state import ORACLE_BYTES as ORACLE_BYTES
 from fitness.engine.turn_state import TurnState
-from fitness.engine.verdict import TIMING_FAILED, Verdict
+from fitness.engine.verdict import Verdict
 from suites.task import Task
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class MeasuringTurn(TurnState):
         except (WorkerFailure, TimingRejected) as e:
             v.reason = f"timing: {e}"
             logger.info("%s: timing failed: %s", task.name, str(e).splitlines()[0] if str(e) else type(e).__name__)
-            v.flags.append(TIMING_FAILED)
+            v.flags.append(Flag.TIMING_FAILED)
             v.correct = False  # a kernel that cannot be timed (hang, crash, a failed check) is no parent
             if isinstance(e, WorkerFailure):
                 v.flags.append(Flag.WORKER_REPLACED)

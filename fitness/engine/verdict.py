@@ -12,10 +12,6 @@ from fitness.engine.launch_configs import KernelConfig
 from fitness.engine.timing_hazards import timing_hazards
 from suites.validation import short_reason
 
-# set when a kernel passed correctness but the timing worker could not time it (hang, crash, a
-# failed check in the timing replay); the reason says why
-TIMING_FAILED = Flag.TIMING_FAILED
-
 # the cascade, in order; `stage` is the last one a candidate reached ("none": it failed the gate)
 STAGES = ("none", "parse", "compile", "call", "correct", "timed")
 # a verdict's reason when the task's own code (its reference, its input maker) raised, not the kernel's
@@ -58,7 +54,6 @@ class Verdict:
 # suite's cross_entropy2 prints its output tensors; its eager baseline took 4.6-8.0 ms a call,
 # the replay of the same kernel's launches 0.17-0.62 ms: 23.7x "faster" than itself.
 AA_BIAS_LIMIT = 1.25
-TIMING_BIASED = Flag.TIMING_BIASED
 
 
 def biased_aa(v: Verdict, source: str = "") -> None:
@@ -76,14 +71,14 @@ def biased_aa(v: Verdict, source: str = "") -> None:
          "baseline's side and not on the replay's")
     v.reason = (f"timing: the baseline's own code, timed against itself, measured {v.speedup:.2f}x{where}: the "
                 f"two sides are not timed alike here; {why}")
-    v.flags += [TIMING_FAILED, TIMING_BIASED]
+    v.flags += [Flag.TIMING_FAILED, Flag.TIMING_BIASED]
     v.correct, v.speedup, v.stage = False, None, "correct"  # as a timing that failed; its rows stay
 
 
 def untimeable_start(flags: Sequence[str], reason: str) -> str:
     """Why the timing worker cannot time a task's starting kernel ('' when it could, or when the
     failure was running out of GPU memory: other processes can cause that)."""
-    if TIMING_FAILED not in flags or "out of memory" in reason.lower():
+    if Flag.TIMING_FAILED not in flags or "out of memory" in reason.lower():
         return ""
     return "its starting kernel cannot be timed here: " + short_reason(reason)
 
