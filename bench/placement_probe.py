@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import fitness.clean.timing as timing  # noqa: E402
-from fitness.candidate.harness import draw_inputs, nbytes  # noqa: E402
+from fitness.candidate.harness import nbytes  # noqa: E402
+from fitness.common.inputs import draw_inputs  # noqa: E402
 from fitness.engine.script_eval import perf_case  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 from suites.task import Task  # noqa: E402

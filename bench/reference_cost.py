@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from fitness.candidate.harness import draw_inputs  # noqa: E402
+from fitness.common.inputs import draw_inputs  # noqa: E402
 from fitness.common.reference import ReferenceCache, _float64_reference, on_meta  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 

@@ -12,10 +12,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fitness.candidate.harness import LaunchHook, draw_inputs, to_device  # noqa: E402
+from fitness.candidate.harness import LaunchHook, to_device  # noqa: E402
 from fitness.candidate.recorder import Recorder  # noqa: E402
 from fitness.clean.kernel_source import kernels_from_source  # noqa: E402
 from fitness.clean.replayer import Replayer, ReplayError  # noqa: E402
+from fitness.common.inputs import draw_inputs  # noqa: E402
 from fitness.common.reference import compare_case, compute  # noqa: E402
 from suites.registry import load_suite  # noqa: E402
 

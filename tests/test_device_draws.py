@@ -3,8 +3,8 @@ engine compares the timed outputs (fitness.common.compare.compare_tree_on)."""
 import pytest
 import torch
 
-from fitness.candidate.harness import draw_inputs
 from fitness.common.compare import compare_tree, compare_tree_on
+from fitness.common.inputs import draw_inputs
 from fitness.engine.script_eval import perf_case
 from suites.registry import load_suite
 from tests.suite_fixtures import SCALE_ADD, SCALE_ADD_TEST, perf_file, write_tritonbench

@@ -3,8 +3,8 @@ GPU machine; here their CPU twin), with the engine computing only where no child
 import pytest
 import torch
 
-from fitness.candidate.harness import draw_inputs
 from fitness.common.compare import compare_outputs
+from fitness.common.inputs import draw_inputs
 from fitness.common.reference import ReferenceCache
 from fitness.engine.evaluator import EvalConfig, Evaluator
 from fitness.engine.pool import WorkerPool

@@ -8,8 +8,8 @@ import time
 import pytest
 
 import fitness.engine.measuring as measuring
-from fitness.candidate.harness import draw_inputs
 from fitness.clean.timing import draws_for, fresh_seed_of
+from fitness.common.inputs import draw_inputs
 from fitness.engine.evaluator import EvalConfig, Evaluator
 from fitness.engine.gpu_busy import BusyProbe
 from fitness.engine.measuring import TRIAL_REPS, MeasuringTurn

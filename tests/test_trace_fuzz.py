@@ -23,12 +23,13 @@ os.environ["TRITON_INTERPRET"] = "1"  # before Triton reads it: the kernels run 
 import pytest
 import torch
 
-from fitness.candidate.harness import TORCH_WORK_SHARE, LaunchHook, draw_inputs
+from fitness.candidate.harness import LaunchHook
 from fitness.candidate.recorder import Recorder
 from fitness.clean.kernel_source import kernels_from_source
 from fitness.clean.primitives import PRIMITIVES
 from fitness.clean.replayer import Replayer
 from fitness.common.compare import compare_outputs
+from fitness.common.inputs import TORCH_WORK_SHARE, draw_inputs
 from fitness.common.reference import compute
 from fitness.process.child import module_name
 from suites.registry import load_suite

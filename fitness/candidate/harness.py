@@ -21,8 +21,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fitness.candidate.recorder import FREE_OPS, Recorder
-from fitness.common.inputs import TORCH_WORK_SHARE as TORCH_WORK_SHARE  # re-exported
-from fitness.common.inputs import draw_inputs as draw_inputs  # re-exported
 from fitness.common.inputs import flat_items, poison_value, work_elements
 from suites.task import nbytes as nbytes  # re-exported: a tensor list's storage bytes
 from suites.task import to_device as to_device  # re-exported: the workers' copy onto the device

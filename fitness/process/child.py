@@ -22,13 +22,11 @@ from typing import Any
 import torch
 
 from fitness.candidate.harness import (
-    TORCH_WORK_SHARE,
     CandidateError,
     LaunchHook,
     Snapshot,
     TorchWorkMeter,
     aliases,
-    draw_inputs,
     poison,
     python_threads,
     same_storage_bytes,
@@ -40,6 +38,7 @@ from fitness.clean.child_timing import KEEP_SIDES_SHARE, PreparedSides, peaks
 from fitness.clean.kernel_source import kernels_from_source
 from fitness.clean.replayer import Replayer, ReplayError
 from fitness.clean.timing import CAL_DRAWS, TimedSide
+from fitness.common.inputs import TORCH_WORK_SHARE, draw_inputs
 from fitness.common.reference import ReferenceSide
 from fitness.process import protocol
 from fitness.process.child_failures import is_compile_error, is_cuda_fault, trim_trace
@@ -235,7 +234,7 @@ class Child(ScriptSide):
         for item in req["items"]:
             t0 = time.perf_counter()
             try:
-                replayer = Replayer(item["trace"], self.device, kernels, tuple(task.inplace))
+                replayer = Replayer(item["trace"], self.device, kernels, task.inplace)
                 t0 = self._tick("replay_load", t0)
                 args = tuple(to_device(a, self.device)
                              for a in draw_inputs(task, item["case"], item["case"]["seed"], self.device))
@@ -280,7 +279,7 @@ class Child(ScriptSide):
         t0 = self._tick("draws", t0)
         cost: Callable[[], list] | None = None
         if req.get("trace") is not None:
-            replayer = Replayer(req["trace"], "cuda", inplace=tuple(task.inplace))
+            replayer = Replayer(req["trace"], "cuda", inplace=task.inplace)
             self._tick("replay_load", t0)
 
             def fn(*args: Any) -> Any:

@@ -10,9 +10,10 @@ from typing import Any
 
 import torch
 
-from fitness.candidate.harness import CandidateError, LaunchHook, TorchWorkMeter, draw_inputs, python_threads, to_device
+from fitness.candidate.harness import CandidateError, LaunchHook, TorchWorkMeter, python_threads, to_device
 from fitness.candidate.recorder import Recorder
 from fitness.clean.guard_bands import guard_reply
+from fitness.common.inputs import draw_inputs
 from fitness.process.child_failures import run_cases, trim_trace
 from suites.script import ZeroedEmpty, for_here, seed_all, tensors_of, to_wire
 from suites.task import Task
