@@ -19,6 +19,7 @@ dask = pytest.importorskip("dask")
 
 from fitness.engine.cluster import RESOURCE, ClusterConfig, ClusterEvaluator, slurm_cluster  # noqa: E402
 from fitness.engine.evaluator import EvalConfig, slots_per_unit  # noqa: E402
+from tests.conftest import CHEAP  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [sys.executable, str(ROOT / "run.py")]
@@ -38,7 +39,7 @@ def cluster():
 
 
 def search(tmp: Path, name: str, *extra: str, wait: bool = True):
-    cmd = [*RUN, "--suite", "builtin", "--tasks", "softmax", "--islands", "2", "--population", "2",
+    cmd = [*RUN, "--suite", "builtin", "--tasks", CHEAP, "--islands", "2", "--population", "2",
            "--generations", "2", "--workers", str(WORKERS), "--seed", "3", "--no-sandbox",
            "--archive", str(tmp / f"{name}.db"), *extra]
     if not wait:

@@ -17,6 +17,7 @@ from evolve.device_identity import RETIME_FLAG, check_devices, device_model, mac
 from evolve.task_search import known_invalid
 from fitness.common.flags import Flag
 from fitness.engine.verdict import Verdict
+from tests.conftest import CHEAP
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [sys.executable, str(ROOT / "run.py")]
@@ -101,7 +102,7 @@ def test_a_task_known_invalid_in_an_earlier_session_stays_invalid(tmp_path):
 
 
 def _cmd(tmp, *extra):
-    return [*RUN, "--suite", "builtin", "--tasks", "softmax", "--islands", "2", "--population", "3",
+    return [*RUN, "--suite", "builtin", "--tasks", CHEAP, "--islands", "2", "--population", "3",
             "--workers", "2", "--device", "cpu", "--archive", str(tmp / "a.db"), "--export", str(tmp / "best"),
             *extra]
 

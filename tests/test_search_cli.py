@@ -18,13 +18,15 @@ import pytest
 from archives.archive import Archive
 from evolve.config import RunConfig
 from evolve.runner import _run_id
+from tests.conftest import CHEAP
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [sys.executable, str(ROOT / "run.py")]
+TASK = CHEAP
 
 
 def search_cmd(tmp, *extra):
-    return [*RUN, "--suite", "builtin", "--tasks", "softmax", "--islands", "2", "--population", "3",
+    return [*RUN, "--suite", "builtin", "--tasks", TASK, "--islands", "2", "--population", "3",
             "--workers", "2", "--archive", str(tmp / "a.db"), "--export", str(tmp / "best"), *extra]
 
 
@@ -56,14 +58,14 @@ def test_run_completes_archives_and_exports(finished):
     summary = json.loads((tmp / "best" / "summary.json").read_text())
     assert summary["tasks"][0]["status"] == "exported"
     assert (tmp / "best" / "summary.csv").read_text().startswith("task,status,speedup")
-    exported = tmp / "best" / "softmax.py"
+    exported = tmp / "best" / f"{TASK}.py"
     assert exported.read_text().startswith("# triton-evolve export")
 
 
 @pytest.mark.slow
 def test_exported_kernel_passes_check(finished):
     tmp, _ = finished
-    p = subprocess.run([*RUN, "check", "--suite", "builtin", "--task", "softmax", str(tmp / "best" / "softmax.py")],
+    p = subprocess.run([*RUN, "check", "--suite", "builtin", "--task", TASK, str(tmp / "best" / f"{TASK}.py")],
                        capture_output=True, text=True, timeout=300)
     verdict = json.loads(p.stdout)
     assert verdict["correct"] and verdict["heldout_correct"], verdict["reason"]
@@ -128,7 +130,7 @@ def test_sigkill_mid_generation_then_resume(tmp_path):
 def test_bad_input_is_one_line_and_leaves_the_archive_alone(finished, extra, message):
     tmp, _ = finished
     before = (tmp / "a.db").read_bytes()
-    cmd = [c for c in search_cmd(tmp) if c not in ("--tasks", "softmax")] + extra
+    cmd = [c for c in search_cmd(tmp) if c not in ("--tasks", TASK)] + extra
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert (tmp / "a.db").read_bytes() == before
