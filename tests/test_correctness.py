@@ -10,11 +10,11 @@ def test_outputs_are_compared_beside_the_child_and_its_slot_is_given_back_before
     task = builtin["softmax"]
     ended: list[float] = []  # when each comparison ended, and when the child's slot was given back
     given_back: list[float] = []
-    compare = type(evaluator).check_case
+    compare = evaluator.outputs.check_case
 
     def slow(task, case, outputs):
         time.sleep(0.3)
-        problem = compare(evaluator, task, case, outputs)
+        problem = compare(task, case, outputs)
         ended.append(time.monotonic())
         return problem
     give_back = evaluator.pool._give_back
@@ -22,7 +22,7 @@ def test_outputs_are_compared_beside_the_child_and_its_slot_is_given_back_before
     def noted(t0):
         given_back.append(time.monotonic())
         give_back(t0)
-    monkeypatch.setattr(evaluator, "check_case", slow)
+    monkeypatch.setattr(evaluator.outputs, "check_case", slow)
     monkeypatch.setattr(evaluator.pool, "_give_back", noted)
     v = evaluator.evaluate(task, task.start_source)
     assert v.passed, v.reason
