@@ -1,10 +1,10 @@
 """The correctness stage: a candidate's cases run in a fresh child of its own, one request each,
-and what the verdict says of them.
+and what they found (a CorrectnessResult; fitness.engine.outcome makes the verdict of it).
 
 The child (fitness.process.child) imports the candidate and runs each case it is sent, learning a case
 only when it runs it; its outputs are compared here, in the engine, with the oracle the task's
 judge names (fitness.engine.judges). Each call's launch trace comes back too, for the replay that
-decides whether the candidate's own kernels did the work (fitness.engine.evaluator). Where the judge
+decides whether the candidate's own kernels did the work (fitness.engine.replay). Where the judge
 replays, every judged call must come back with a trace that matches it (as many outputs, of the
 shapes and dtypes the call returned): a call without one fails the candidate, and every call's
 trace is replayed (Traces.calls), never only a sample of them.
@@ -103,7 +103,7 @@ class CorrectnessResult:
 
 
 @dataclass
-class _Run:
+class Progress:
     """One correctness run's progress, as its child answers (local to the run; the stage's result
     is made from it once the child is given back)."""
     stage: str = "parse"
@@ -130,7 +130,7 @@ class Correctness:
             return CorrectnessResult(planned.stage, failure=planned, device=self.pool.info().get("device", ""))
         cases, check = planned
         t0 = time.monotonic()
-        run = _Run()
+        run = Progress()
         try:
             self._converse(run, task, judge, source, (cases, check), cancel, order)
             held = time.monotonic() - t0
@@ -141,7 +141,7 @@ class Correctness:
         run.phases.update(worker_s=round(held, 3), reference_compare_s=round(spent, 3))
         return judged(run, compared, cases)
 
-    def _converse(self, run: _Run, task: Task, judge: Judge, source: str, planned: tuple[list[dict], Check],
+    def _converse(self, run: Progress, task: Task, judge: Judge, source: str, planned: tuple[list[dict], Check],
                   cancel: CancelCheck | None, order: float | None) -> None:
         """The child's conversation: the import, then each case until one fails; each reply's
         outputs compared beside the next case, and its trace kept."""
@@ -174,7 +174,7 @@ class Correctness:
                         run.pending[-2][1].result()
 
 
-def judged(run: _Run, compared: list[dict], cases: list[dict]) -> CorrectnessResult:
+def judged(run: Progress, compared: list[dict], cases: list[dict]) -> CorrectnessResult:
     """The stage's result from the run: the child's error, if its last reply carried one (the
     failed case, the reason, the stage it reached, whether the child was replaced), then the
     correct and held-out flags, and whether the candidate goes on (to the replay and timing)."""

@@ -15,6 +15,10 @@ can check it:
   regions against its reference.
 The checks inside the candidate's child (launch counts, torch-work meter, tamper snapshot) stay
 as early filters with clear messages for honest mistakes; no verdict depends on them.
+
+This module wires the stages, once: each is handed only what it needs (fitness.engine.settings,
+the engine's oracle, its pool or child), returns a frozen record of what it found with a Failure
+inside when it failed the candidate, and fitness.engine.outcome.verdict_from makes the verdict.
 """
 from __future__ import annotations
 
@@ -252,10 +256,6 @@ class Evaluator:
     def reference_status(self, task: Task, cancel: CancelCheck | None = None) -> str:
         """'' when the task's reference runs here, else why not (script tasks; builtin always run)."""
         return self.judge(task).status(cancel)
-
-    def task_spec(self, task: Task) -> dict:
-        """How a child finds the task: the suite, the name and the suite's data folder."""
-        return self.settings.task_spec(task)
 
     def _clean_stages(self, task: Task, judge: Judge, traces: Traces, timed: bool, cancel: CancelCheck | None,
                       order: float, base_src: str | None) -> tuple[ReplayResult, TimingResult | None, CleanChild]:

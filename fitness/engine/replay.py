@@ -3,7 +3,8 @@ inputs from a seed the candidate never saw, and compared with the engine's refer
 
 Separate from fitness.engine.evaluator, which runs the whole cascade, as fitness.engine.correctness is: the
 replay is one stage of it with its own checks (an in-place task's outputs, the torch work counted
-on the replay, each call's result), and it reaches the evaluator only through what it is handed.
+on the replay, each call's result). It is handed what it needs (the stage settings, the engine's
+oracle, a pool or a clean child) and returns a ReplayResult; it never reaches the evaluator.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """One round of timed trials inside the measuring turn, how its evidence is judged, and the
-verdict the rows of a timing that checked out make (`fill_timed`).
+result the rows of a timing that checked out make (`timed_result`, a TimingResult).
 
 The candidate's replay child and the baseline child take turns, request by request, each request
 a few timed regions; every time a child reports must fit inside the engine's own clock for that
