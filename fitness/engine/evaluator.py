@@ -329,6 +329,13 @@ class Evaluator:
     def parallelism(self) -> int:
         return slots_per_unit(self.config.workers)
 
+    def unit_stats(self, unit: str) -> UnitStats:
+        """A Dask unit's running totals (fitness.engine.cluster); its evaluations are counted by the
+        engine, per command."""
+        return UnitStats(unit=unit, device=self.pool.info().get("device", "?"), gpu=self.gpu,
+                         workers=self.config.workers, evaluations=0,
+                         correctness_busy_s=self.pool.busy_s, measuring_s=self.measuring_s)
+
     def units(self, evaluations: int = 0) -> list[UnitStats]:
         return [UnitStats("local", self.pool.info().get("device", "?"), self.gpu, self.config.workers,
                           evaluations, round(self.pool.busy_s, 3), round(self.measuring_s, 3))]
