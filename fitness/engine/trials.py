@@ -228,8 +228,8 @@ def timed_result(plans: list[dict], rows: list[dict], marks: list[float], peaks:
     """The finding of a timing that checked out (fitness.engine.measuring): its rows, speedup, flags,
     phases (`marks`: asked for the turn, took it, gave it back) and how it was timed."""
     t0, t1, t2, t3 = marks
-    phases: dict = dict(timing_prepare_s=round(t1 - t0, 3), timing_wait_s=round(t2 - t1, 3),
-                        timing_exclusive_s=round(t3 - t2, 3))
+    phases: dict = {"timing_prepare_s": round(t1 - t0, 3), "timing_wait_s": round(t2 - t1, 3),
+                    "timing_exclusive_s": round(t3 - t2, 3)}
     for name in ("turn", "prepare"):
         summed: dict[str, float] = {}
         for plan in plans:
@@ -247,20 +247,21 @@ def timed_result(plans: list[dict], rows: list[dict], marks: list[float], peaks:
                  f"{len(rows)} shapes (it ran beside this candidate too)" if kept else "")
               + "; one trial of the replay per shape, picked unannounced, checked on its outputs"
               + f"; {t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
-    gpu_note, gpu_flags = _gpu_note(plans)
-    noisy_flags: list[str] = [Flag.NOISY_TIMING] if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY
-                                             for r in rows) else []
-    return TimingResult(timing=timing + gpu_note, flags=tuple(flags + gpu_flags + noisy_flags), times=tuple(rows),
-                        speedup=speedup, phases=phases, timed=True)
+    gpu_note, more = _gpu_note(plans)
+    if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY for r in rows):
+        more.append(Flag.NOISY_TIMING)
+    return TimingResult(timing=timing + gpu_note, flags=(*flags, *more), times=tuple(rows), speedup=speedup,
+                        phases=phases, timed=True)
 
 
-def _gpu_note(plans: list[dict]) -> tuple[str, list[Flag]]:
+def _gpu_note(plans: list[dict]) -> tuple[str, list[str]]:
     """What the verdict may claim about the GPU's other processes (fitness.engine.gpu_busy): a shape
     measured again after another process was seen at work, or the check that could not run. An
     unverified turn is not failed (no GPU machine would time anything without NVML) but claims
     less: its baseline ran beside this candidate on every shape, so whatever slowed one side met
     the other, and the flag says so."""
-    note, flags = "", []
+    note = ""
+    flags: list[str] = []
     drifted = sum(bool(p.get("baseline_drifted")) for p in plans)
     if drifted:
         note += (f"; on {drifted} shape(s) the baseline strayed over {DRIFT:.0%} from its kept trials and was "
