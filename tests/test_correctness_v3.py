@@ -8,8 +8,7 @@ import torch
 
 from fitness.common.compare import compare_outputs, compare_tree, same_layout
 from fitness.common.reference import compare_case, compute, on_meta
-from fitness.engine.judges import FunctionJudge, assign_variants
-from fitness.engine.verdict import Verdict
+from fitness.engine.judges import assign_variants
 from suites.registry import load_suite
 from suites.task import (
     OFFSET,
@@ -23,7 +22,7 @@ from suites.task import (
     apply_variant,
     describe_variant,
 )
-from tests.test_judges import _Engine
+from tests.test_judges import function_judge
 
 TASKS = load_suite("builtin")
 TOL = {"float32": (1e-6, 1e-5), "int8": (1, 0), "int64": (1, 0)}
@@ -140,7 +139,7 @@ def test_a_case_draws_its_variant_and_keys_the_caches_by_it():
 
 def test_untimed_cases_cycle_through_the_variants_and_the_timed_ones_keep_the_task_distribution():
     softmax = TASKS["softmax"]
-    cases, _ = FunctionJudge(_Engine(), softmax).cases(Verdict(task="softmax"))
+    cases, _ = function_judge(softmax).cases()
     timed = [c for i, c in enumerate(cases) if c["split"] == "tuning" and i % 2 == 1]
     assert timed and all("variant" not in c for c in timed)
     untimed = [c for c in cases if c not in timed]

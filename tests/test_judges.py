@@ -1,24 +1,33 @@
-"""fitness/engine/judges.py: what each kind of task decides, without a worker."""
+"""fitness/engine/judges.py: what each kind of task decides, without a worker: each judge handed
+only the stage settings and its oracle (the engine's reference, or the suite's kernel's results)."""
+import torch
+
 from fitness.common.flags import Flag
+from fitness.common.reference import ReferenceCache, compute
 from fitness.engine.evaluator import EvalConfig, Evaluator
 from fitness.engine.judges import FunctionJudge, ScriptJudge, judge_for
+from fitness.engine.outputs import EngineOracle
+from fitness.engine.script_eval import ScriptReference, ScriptReferences
+from fitness.engine.settings import StageSettings
 from fitness.engine.static_gate import allowance
-from fitness.engine.verdict import Verdict, biased_aa, untimeable_start
+from fitness.engine.verdict import Failure, Verdict, biased_aa, untimeable_start
 from suites.tritonbench import load as load_tritonbench
 from tests.suite_fixtures import write_tritonbench
 
 
-class _Engine:
-    """What a judge reads of the evaluator, for a judge that is never asked to run anything."""
-    def __init__(self, baseline="reference", seeds=(0, 1)):
-        self.config = EvalConfig(baseline=baseline, seeds=seeds)
-        self.interpret = True
-        self.gpu = False
+def function_judge(task, baseline="reference", seeds=(0, 1)) -> FunctionJudge:
+    """A task's judge on the interpreter's settings, its oracle the engine's reference computed here."""
+    return FunctionJudge(task, StageSettings(seeds=seeds, baseline=baseline), EngineOracle(ReferenceCache()))
+
+
+def _judge_for(task, baseline="reference"):
+    return judge_for(task, StageSettings(baseline=baseline), EngineOracle(ReferenceCache()),
+                     ScriptReferences(None, (0, 1), True, 10.0, StageSettings().task_spec))
 
 
 def test_a_function_task_draws_fresh_seeds_and_heldout_shapes_for_every_evaluation(builtin):
-    judge = FunctionJudge(_Engine(), builtin["softmax"])
-    (first, _), (second, _) = judge.cases(Verdict(task="softmax")), judge.cases(Verdict(task="softmax"))
+    judge = function_judge(builtin["softmax"])
+    (first, _), (second, _) = judge.cases(), judge.cases()
     assert {c["split"] for c in first} == {"tuning", "heldout"}
     assert not {c["seed"] for c in first} & {c["seed"] for c in second}
     tuning = [c for c in first if c["split"] == "tuning"]
@@ -26,15 +35,15 @@ def test_a_function_task_draws_fresh_seeds_and_heldout_shapes_for_every_evaluati
 
 
 def test_each_kind_names_its_baseline_and_what_is_timed(builtin, tmp_path):
-    assert FunctionJudge(_Engine(), builtin["softmax"]).baseline_name == "the PyTorch reference"
-    start = FunctionJudge(_Engine(baseline="start"), builtin["softmax"])
+    assert function_judge(builtin["softmax"]).baseline_name == "the PyTorch reference"
+    start = function_judge(builtin["softmax"], baseline="start")
     assert start.baseline_source() == builtin["softmax"].start_source
     task = next(iter(load_tritonbench(str(write_tritonbench(tmp_path))).values()))
-    script = judge_for(_Engine(), task)
+    script = _judge_for(task)
     assert isinstance(script, ScriptJudge) and script.timed_split == "timing" and not script.replays
     assert script.baseline_name == task.script.baseline_name and script.baseline_source() is None
     assert script.allowance() == allowance(task.script.reference_source)
-    assert isinstance(judge_for(_Engine(), builtin["softmax"]), FunctionJudge)
+    assert isinstance(_judge_for(builtin["softmax"]), FunctionJudge)
 
 
 def test_the_evaluator_keeps_one_judge_per_task(builtin):
@@ -44,11 +53,30 @@ def test_the_evaluator_keeps_one_judge_per_task(builtin):
 
 def test_an_evaluation_of_the_baselines_own_code_is_known_to_be_an_a_a(builtin, tmp_path):
     softmax = builtin["softmax"]
-    assert not FunctionJudge(_Engine(), softmax).is_baseline(softmax.start_source)  # torch is the baseline
-    assert FunctionJudge(_Engine(baseline="start"), softmax).is_baseline(softmax.start_source)
+    assert not function_judge(softmax).is_baseline(softmax.start_source)  # torch is the baseline
+    assert function_judge(softmax, baseline="start").is_baseline(softmax.start_source)
     task = next(iter(load_tritonbench(str(write_tritonbench(tmp_path))).values()))
-    script = judge_for(_Engine(), task)
+    script = _judge_for(task)
     assert script.is_baseline(task.start_source) and not script.is_baseline(task.start_source + "\n# edited\n")
+
+
+def test_a_function_judge_checks_outputs_against_the_engine_s_reference_and_names_what_is_wrong(builtin):
+    task = builtin["softmax"]
+    cases, check = function_judge(task).cases()
+    case = cases[0]
+    right = [r.to(getattr(torch, case["dtype"])) for r in compute(task, case)[0]]
+    assert check(case, {"outputs": right}) == ""
+    assert "outside tolerance" in check(case, {"outputs": [torch.zeros_like(o) for o in right]})
+    assert check(case, {}) == "no outputs returned"
+
+
+def test_a_script_task_whose_reference_fails_here_plans_no_cases_but_a_failure_that_marks_it_invalid(tmp_path):
+    task = next(iter(load_tritonbench(str(write_tritonbench(tmp_path))).values()))
+    refs = ScriptReferences(None, (0, 1), True, 10.0, StageSettings().task_spec)
+    refs._items[task.name] = ScriptReference(error="the suite's test raised here")  # as its computing found
+    judge = ScriptJudge(task, StageSettings(), refs)
+    assert judge.cases() == Failure("the suite's test raised here", "parse", (Flag.INVALID_HERE,))
+    assert judge.status() == "the suite's test raised here"
 
 
 def _timed(speedup: float, baseline_ms: float, candidate_ms: float) -> Verdict:

@@ -15,8 +15,7 @@ from triton.compiler import ASTSource
 from fitness.candidate.recorder import Recorder
 from fitness.clean.compiled import describe_compiled
 from fitness.engine.launch_configs import KernelConfig, describe, timed_configs, trace_configs
-from fitness.engine.verdict import Verdict
-from tests.test_timing_schedule import CASE, StandIn, stand_in_evaluator
+from tests.test_timing_schedule import CASE, StandIn, stand_in_evaluator, timed_verdict
 
 
 @triton.jit
@@ -102,8 +101,7 @@ def test_a_timed_verdict_says_which_build_the_timing_ran(builtin, builds):
     verdict of a timed candidate names the config of the kernel its timed trace launched."""
     task = builtin["softmax"]
     with stand_in_evaluator(task, trials=5) as ev:
-        v = Verdict(task=task.name, stage="correct", correct=True, heldout_correct=True)
-        ev.turn.time(task, {"k": (CASE, _trace(builds["large"]))}, v, StandIn(task))
+        v = timed_verdict(ev, task, {"k": (CASE, _trace(builds["large"]))}, StandIn(task))
     assert v.stage == "timed", v.reason
     assert [c.build() for c in v.configs] == ["scale_kernel(BLOCK=1024, EVEN=False, num_warps=8, num_stages=3)"]
     assert v.timing.endswith("(an autotuner's pick included): " + v.configs[0].build())

@@ -10,9 +10,11 @@ import pytest
 import fitness.engine.measuring as measuring
 from fitness.clean.timing import draws_for, fresh_seed_of
 from fitness.common.inputs import draw_inputs
+from fitness.engine.correctness import CorrectnessResult
 from fitness.engine.evaluator import EvalConfig, Evaluator
 from fitness.engine.gpu_busy import BusyProbe
 from fitness.engine.measuring import TRIAL_REPS, MeasuringTurn
+from fitness.engine.outcome import Evaluation, verdict_from
 from fitness.engine.verdict import Verdict
 from suites.script import to_wire
 
@@ -100,7 +102,7 @@ def stand_in_evaluator(task, **config):
     # the stand-in children (drawing on the CPU) never see (H100: every stand-in timing failed)
     e = Evaluator(EvalConfig(workers=1, sandbox=False, device="cpu", **config))
     try:
-        e.gpu, e.turn = True, MeasuringTurn(e, None)
+        e.gpu, e.turn = True, MeasuringTurn(e.settings, None)
         e.turn.busy = BusyProbe(lambda since: [])  # NVML's stand-in: no other process on the GPU
         e.base = StandIn(task)
         e.turn.baseline_side = lambda *a: e.base
@@ -116,10 +118,16 @@ def ev(builtin):
         yield e
 
 
+def timed_verdict(e, task, traces: dict, replay, **how) -> Verdict:
+    """The verdict of a candidate right on every case, timed by `e`'s turn: the timing's result
+    made a verdict as the evaluator makes it (fitness.engine.outcome.verdict_from)."""
+    timing = e.turn.time(task, e.judge(task), traces, replay, **how)
+    right = CorrectnessResult("correct", correct=True, heldout_correct=True)
+    return verdict_from(Evaluation(task.name, "", "", gpu=True, correctness=right, timing=timing))
+
+
 def _time(ev, task, replay) -> Verdict:
-    v = Verdict(task=task.name, stage="correct", correct=True, heldout_correct=True)
-    ev.turn.time(task, {"k": (CASE, {"trace": "stand-in"})}, v, replay)
-    return v
+    return timed_verdict(ev, task, {"k": (CASE, {"trace": "stand-in"})}, replay)
 
 
 def test_only_the_trials_hold_the_turn_and_the_baseline_is_prepared_once_per_epoch(ev, builtin):
@@ -155,8 +163,7 @@ def test_a_task_s_shapes_share_each_epoch_s_fresh_draws(ev, builtin, monkeypatch
     per_candidate = []
     for _ in range(3):
         replay = StandIn(task)
-        v = Verdict(task=task.name, stage="correct", correct=True, heldout_correct=True)
-        ev.turn.time(task, {"a": (CASE, {"trace": "stand-in"}), "b": (wide, {"trace": "stand-in"})}, v, replay)
+        v = timed_verdict(ev, task, {"a": (CASE, {"trace": "stand-in"}), "b": (wide, {"trace": "stand-in"})}, replay)
         assert v.stage == "timed", v.reason
         per_candidate.append(replay.seeds)
     for seeds in per_candidate:  # both shapes of one candidate: one epoch's seeds
@@ -222,8 +229,7 @@ def test_the_turn_begins_with_one_untimed_request_per_side_and_later_shapes_do_n
                     order.append((side, bool(msg.get("warm"))))
                 return send(msg, timeout)
             child.request = logged
-        v = Verdict(task=task.name, stage="correct", correct=True, heldout_correct=True)
-        ev.turn.time(task, {"a": (CASE, {"trace": "stand-in"}), "b": (wide, {"trace": "stand-in"})}, v, replay)
+        v = timed_verdict(ev, task, {"a": (CASE, {"trace": "stand-in"}), "b": (wide, {"trace": "stand-in"})}, replay)
         assert v.stage == "timed", v.reason
         assert order[:2] == [("c", True), ("b", True)] and not any(warm for _, warm in order[2:])
         assert replay.warm == [0] and len(replay.trials) == sum(r["trials"] for r in v.times)
@@ -333,12 +339,11 @@ def test_a_stopping_run_does_not_wait_for_the_measuring_turn(ev, builtin):
     from fitness.engine.pool import Cancelled
     task = builtin["softmax"]
     replay = StandIn(task)
-    v = Verdict(task=task.name, stage="correct", correct=True, heldout_correct=True)
     ev.turn.lock.acquire()  # another candidate is being measured
     try:
         t0 = time.monotonic()
         with pytest.raises(Cancelled):
-            ev.turn.time(task, {"k": (CASE, {"trace": "stand-in"})}, v, replay,
+            ev.turn.time(task, ev.judge(task), {"k": (CASE, {"trace": "stand-in"})}, replay,
                          cancel=lambda: time.monotonic() > t0 + 0.3)
         assert time.monotonic() - t0 < 2 and "trial" not in replay.ops()
     finally:
@@ -404,7 +409,7 @@ def test_while_one_baseline_child_prepares_a_new_task_the_turn_serves_a_task_of_
     other = dataclasses.replace(softmax, name="softmax_again")  # a second task of the same shapes
     e = Evaluator(EvalConfig(workers=1, trials=5, sandbox=False))
     try:
-        e.gpu, e.turn = True, MeasuringTurn(e, None, children=2)
+        e.gpu, e.turn = True, MeasuringTurn(e.settings, None, children=2)
         slow, quick = StandIn(softmax), StandIn(other)
         prepared: list[float] = []  # when the slow preparation ended
         send = slow.request

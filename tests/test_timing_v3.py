@@ -12,7 +12,7 @@ from fitness.engine.gpu_busy import BusyProbe, Sample, busy_note
 from fitness.engine.measuring import TRIAL_REPS, unwritten_as
 from fitness.engine.trials import Draws, check_plan
 from fitness.engine.verdict import Verdict
-from tests.test_timing_schedule import CASE, StandIn, stand_in_evaluator
+from tests.test_timing_schedule import CASE, StandIn, stand_in_evaluator, timed_verdict
 
 
 def _draws(n: int, size: int = 64) -> list[tuple]:
@@ -148,9 +148,7 @@ def test_the_baseline_s_unwritten_memory_is_no_part_of_what_the_candidate_must_m
 
 # -- the measuring turn: checks, drift, the GPU's other processes ----------------------------------
 def _time(e, task, replay) -> Verdict:
-    v = Verdict(task=task.name, stage="correct", correct=True, heldout_correct=True)
-    e.turn.time(task, {"k": (CASE, {"trace": "stand-in"})}, v, replay)
-    return v
+    return timed_verdict(e, task, {"k": (CASE, {"trace": "stand-in"})}, replay)
 
 
 @pytest.fixture()

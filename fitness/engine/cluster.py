@@ -76,13 +76,6 @@ def _evaluator(config: EvalConfig) -> Evaluator:
         return _units[config]
 
 
-def _stats(config: EvalConfig, ev: Evaluator) -> UnitStats:
-    """The unit's running totals; its evaluations are counted by the engine, per command."""
-    return UnitStats(unit=_unit_name(), device=ev.pool.info().get("device", "?"), gpu=ev.gpu,
-                     workers=config.workers, evaluations=0,
-                     correctness_busy_s=ev.pool.busy_s, measuring_s=ev.measuring_s)
-
-
 @lru_cache(maxsize=8)
 def _suite(suite: str, path: str | None) -> dict[str, Task]:
     from suites.registry import load_suite
@@ -92,8 +85,7 @@ def _suite(suite: str, path: str | None) -> dict[str, Task]:
 
 def probe(config: EvalConfig) -> UnitStats:
     """Starts the unit's evaluator (pools, zygotes) and says what it is."""
-    ev = _evaluator(config)
-    return _stats(config, ev)
+    return _evaluator(config).unit_stats(_unit_name())
 
 
 def evaluate_here(config: EvalConfig, suite: str, name: str, source: str, timed: bool,
@@ -107,7 +99,7 @@ def evaluate_here(config: EvalConfig, suite: str, name: str, source: str, timed:
     v = ev.evaluate(tasks[name], source, timed, aa=aa)
     assert v is not None, "an evaluation is None only when cancelled, and this one has no cancel"
     v.unit = _unit_name()
-    return v, _stats(config, ev)
+    return v, ev.unit_stats(_unit_name())
 
 
 # -- the engine's side -------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """The correctness stage: a candidate's cases run in a fresh child of its own, one request each,
-and what the verdict says of them.
+and what they found (a CorrectnessResult; fitness.engine.outcome makes the verdict of it).
 
 The child (fitness.process.child) imports the candidate and runs each case it is sent, learning a case
 only when it runs it; its outputs are compared here, in the engine, with the oracle the task's
 judge names (fitness.engine.judges). Each call's launch trace comes back too, for the replay that
-decides whether the candidate's own kernels did the work (fitness.engine.evaluator). Where the judge
+decides whether the candidate's own kernels did the work (fitness.engine.replay). Where the judge
 replays, every judged call must come back with a trace that matches it (as many outputs, of the
 shapes and dtypes the call returned): a call without one fails the candidate, and every call's
 trace is replayed (Traces.calls), never only a sample of them.
@@ -14,18 +14,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import torch
 
 from fitness.common.flags import Flag
-from fitness.engine.pool import CancelCheck, WorkerFailure
-from fitness.engine.verdict import Verdict
+from fitness.engine.judges import Check, Judge
+from fitness.engine.pool import CancelCheck, WorkerFailure, WorkerPool
+from fitness.engine.settings import StageSettings
+from fitness.engine.verdict import Failure
 from suites.task import Task
-
-if TYPE_CHECKING:
-    from fitness.engine.evaluator import Evaluator
-
 
 # A case's outputs are compared here while the child runs the next case (one case ahead, so no
 # more than two cases' outputs are held at once), and the child's slot is given back before the
@@ -35,19 +33,20 @@ if TYPE_CHECKING:
 _CHECKS = ThreadPoolExecutor(16, thread_name_prefix="output-checks")
 
 
-def _timed_check(check: Callable[[dict, dict], str], ev: Evaluator, case: dict, reply: dict) -> tuple[str, float]:
+def _timed_check(check: Callable[[dict, dict], str], case: dict, reply: dict) -> tuple[str, float]:
     t = time.monotonic()
     return check(case, reply), time.monotonic() - t
 
 
-def _collect(v: Verdict, pending: list[tuple[dict, Future]]) -> float:
-    """The comparisons' verdicts, in the cases' order, into `v.cases`; their summed seconds."""
+def _collect(pending: list[tuple[dict, Future]]) -> tuple[list[dict], float]:
+    """The comparisons' verdicts, in the cases' order; their summed seconds."""
     spent = 0.0
+    cases = []
     for case, done in pending:
         problem, seconds = done.result()
         spent += seconds
-        v.cases.append({**case, "ok": not problem, "error": problem})
-    return spent
+        cases.append({**case, "ok": not problem, "error": problem})
+    return cases, spent
 
 
 class Traces(dict):
@@ -87,87 +86,124 @@ def add_phases(total: dict, more: dict | None) -> None:
         total[k] = round(total.get(k, 0.0) + ms, 2)
 
 
-def run_correctness(ev: Evaluator, task: Task, source: str, v: Verdict, cancel: CancelCheck | None = None,
-                    order: float | None = None) -> Traces | None:
-    """Runs the cases in a fresh child, one request each; the traces of the calls by
-    (split, shape, dtype), or None when the candidate failed."""
-    spec = ev.task_spec(task)
-    planned = ev.judge(task).cases(v, cancel)
-    if planned is None:
-        return None
-    cases, check = planned
-    t0 = time.monotonic()
-    traces = Traces()
-    failed: dict | None = None
-    reply: dict = {}
-    pending: list[tuple[dict, Future]] = []  # comparisons under way, in the cases' order
-    try:
-        with ev.pool.child(cancel, order) as child:
-            v.device = child.info.get("device", "")
-            v.sandbox = f"{ev.sandbox.description}; candidate's process: {child.info.get('how', '?')}"
-            reply = child.request({"op": "import", "source": source, "task": spec}, ev.config.timeout_s)
-            v.stage = reply.get("stage", "parse")
-            v.phases["worker_ms"] = dict(reply.get("phase_ms") or {})
-            for case in cases if not reply.get("error") else []:
-                if case["split"] != "timing":
-                    ev.judge(task).prefetch(case)
-                reply = child.request({"op": "case", "task": spec, "case": case}, ev.config.timeout_s)
-                add_phases(v.phases["worker_ms"], reply.get("phase_ms"))
-                if reply.get("error"):
-                    failed = case
-                    break
-                v.stage = "call"
-                if ev.judge(task).replays and trace_problem(reply):  # fail closed: every call is replayed
-                    failed, reply = case, {"error": trace_problem(reply)}
-                    break
-                if reply.get("trace") is not None:
-                    traces[trace_key(case)] = (case, reply["trace"])
-                    traces.calls.append((case, reply["trace"]))
-                if case["split"] != "timing":
-                    pending.append((case, _CHECKS.submit(_timed_check, check, ev, case, reply)))
-                    if len(pending) > 1:  # at most two cases' outputs held: one compared, one coming
-                        pending[-2][1].result()
-        held = time.monotonic() - t0
-    except WorkerFailure as e:
-        v.reason = str(e)
-        v.flags.append(Flag.WORKER_REPLACED)
-        return None
-    v.phases.update(worker_s=round(held, 3), reference_compare_s=round(_collect(v, pending), 3))
-    _note_error(v, reply, failed)
-    return traces if judge_cases(v, cases, failed) else None
+@dataclass(frozen=True)
+class CorrectnessResult:
+    """What the correctness stage found. `traces`: the calls for the replay and the timing, None
+    when the cascade stops here; `failure`: why the candidate is not correct (a held-out case's
+    only: it still goes on, since held-out shapes decide what is exported, not what is bred from)."""
+    stage: str
+    cases: tuple[dict, ...] = ()
+    traces: Traces | None = None
+    failure: Failure | None = None
+    correct: bool = False  # every tuning case matched
+    heldout_correct: bool = False  # every held-out case matched
+    device: str = ""  # what the child ran on ('' : no child was had)
+    sandbox: str = ""  # the candidate's process's sandbox ('' : no child was had)
+    phases: dict = field(default_factory=dict)
 
 
-def _note_error(v: Verdict, reply: dict, failed: dict | None) -> None:
-    """The child's error, if its last reply carried one, into the verdict: the failed case,
-    the reason, the stage it reached and whether the child was replaced."""
+@dataclass
+class Progress:
+    """One correctness run's progress, as its child answers (local to the run; the stage's result
+    is made from it once the child is given back)."""
+    stage: str = "parse"
+    device: str = ""
+    sandbox: str = ""
+    phases: dict = field(default_factory=dict)
+    reply: dict = field(default_factory=dict)  # the child's last reply
+    failed: dict | None = None  # the case whose reply carried an error
+    traces: Traces = field(default_factory=Traces)
+    pending: list[tuple[dict, Future]] = field(default_factory=list)  # comparisons under way, in order
+
+
+class Correctness:
+    def __init__(self, pool: WorkerPool, settings: StageSettings, sandbox: str):
+        """`pool`: the correctness workers; `sandbox`: how their children are isolated, in words."""
+        self.pool, self.settings, self.sandbox = pool, settings, sandbox
+
+    def run(self, task: Task, judge: Judge, source: str, cancel: CancelCheck | None = None,
+            order: float | None = None) -> CorrectnessResult:
+        """Runs the cases the task's `judge` plans in a fresh child, one request each, and judges
+        the replies; the traces of the calls by (split, shape, dtype) go on when it passed."""
+        planned = judge.cases(cancel)
+        if isinstance(planned, Failure):
+            return CorrectnessResult(planned.stage, failure=planned, device=self.pool.info().get("device", ""))
+        cases, check = planned
+        t0 = time.monotonic()
+        run = Progress()
+        try:
+            self._converse(run, task, judge, source, (cases, check), cancel, order)
+            held = time.monotonic() - t0
+        except WorkerFailure as e:
+            return CorrectnessResult(run.stage, failure=Failure(str(e), run.stage, (Flag.WORKER_REPLACED,)),
+                                     device=run.device, sandbox=run.sandbox, phases=run.phases)
+        compared, spent = _collect(run.pending)
+        run.phases.update(worker_s=round(held, 3), reference_compare_s=round(spent, 3))
+        return judged(run, compared, cases)
+
+    def _converse(self, run: Progress, task: Task, judge: Judge, source: str, planned: tuple[list[dict], Check],
+                  cancel: CancelCheck | None, order: float | None) -> None:
+        """The child's conversation: the import, then each case until one fails; each reply's
+        outputs compared beside the next case, and its trace kept."""
+        cases, check = planned
+        spec, timeout = self.settings.task_spec(task), self.settings.timeout_s
+        with self.pool.child(cancel, order) as child:
+            run.device = child.info.get("device", "")
+            run.sandbox = f"{self.sandbox}; candidate's process: {child.info.get('how', '?')}"
+            run.reply = child.request({"op": "import", "source": source, "task": spec}, timeout)
+            run.stage = run.reply.get("stage", "parse")
+            run.phases["worker_ms"] = dict(run.reply.get("phase_ms") or {})
+            for case in cases if not run.reply.get("error") else []:
+                if case["split"] != "timing":
+                    judge.prefetch(case)
+                run.reply = child.request({"op": "case", "task": spec, "case": case}, timeout)
+                add_phases(run.phases["worker_ms"], run.reply.get("phase_ms"))
+                if run.reply.get("error"):
+                    run.failed = case
+                    return
+                run.stage = "call"
+                if judge.replays and trace_problem(run.reply):  # fail closed: every call is replayed
+                    run.failed, run.reply = case, {"error": trace_problem(run.reply)}
+                    return
+                if run.reply.get("trace") is not None:
+                    run.traces[trace_key(case)] = (case, run.reply["trace"])
+                    run.traces.calls.append((case, run.reply["trace"]))
+                if case["split"] != "timing":
+                    run.pending.append((case, _CHECKS.submit(_timed_check, check, case, run.reply)))
+                    if len(run.pending) > 1:  # at most two cases' outputs held: one compared, one coming
+                        run.pending[-2][1].result()
+
+
+def judged(run: Progress, compared: list[dict], cases: list[dict]) -> CorrectnessResult:
+    """The stage's result from the run: the child's error, if its last reply carried one (the
+    failed case, the reason, the stage it reached, whether the child was replaced), then the
+    correct and held-out flags, and whether the candidate goes on (to the replay and timing)."""
+    reply, failed = run.reply, run.failed
+    got, reason, stage = list(compared), "", run.stage
+    flags: tuple[str, ...] = ()
     if reply.get("error"):
-        v.cases.append({**(failed or {}), "ok": False, "error": reply["error"]})
-        v.reason = reply["error"] if not failed else \
+        got.append({**(failed or {}), "ok": False, "error": reply["error"]})
+        reason = reply["error"] if not failed else \
             f"{failed.get('split')} case {failed.get('shape')} {failed.get('dtype')}: {reply['error']}"
-        if reply.get("fatal"):
-            v.flags.append(Flag.WORKER_REPLACED)
-        v.stage = reply.get("stage", "parse")
-
-
-def judge_cases(v: Verdict, cases: list[dict], failed: dict | None) -> bool:
-    """Whether the candidate goes on (to the replay and timing); sets its correct and
-    held-out flags, and the reason of a wrong result."""
-    tuning = [c for c in v.cases if c.get("split") == "tuning"]
-    heldout = [c for c in v.cases if c.get("split") == "heldout"]
-    n_tuning = sum(c["split"] == "tuning" for c in cases)
-    n_heldout = sum(c["split"] == "heldout" for c in cases)
-    v.correct = len(tuning) == n_tuning and all(c["ok"] for c in tuning)
-    v.heldout_correct = len(heldout) == n_heldout and all(c["ok"] for c in heldout)
+        flags = (Flag.WORKER_REPLACED,) if reply.get("fatal") else ()
+        stage = reply.get("stage", "parse")
+    correct, heldout_correct = (_all_right(got, cases, split) for split in ("tuning", "heldout"))
     # a kernel right on every tuning case goes on to timing even when a held-out case failed:
     # held-out shapes decide what is exported, not what the search breeds from
-    if failed is not None and not (v.correct and failed.get("split") == "heldout"):
-        return False
-    bad = next((c for c in v.cases if not c["ok"]), None)
-    if bad:
-        if not v.reason:
-            v.reason = f"wrong result on {bad['split']} shape {bad['shape']} {bad['dtype']} " \
-                       f"(seed {bad['seed']}): {bad['error']}"
-        if not v.correct:
-            return False
-    v.stage = "correct"
-    return True
+    goes_on = failed is None or (correct and failed.get("split") == "heldout")
+    bad = next((c for c in got if not c["ok"]), None)
+    if goes_on and bad:
+        reason = reason or f"wrong result on {bad['split']} shape {bad['shape']} {bad['dtype']} " \
+                           f"(seed {bad['seed']}): {bad['error']}"
+        goes_on = correct
+    if goes_on:
+        stage = "correct"
+    failure = Failure(reason, stage, flags) if reason or flags else None
+    return CorrectnessResult(stage, tuple(got), run.traces if goes_on else None, failure, correct, heldout_correct,
+                             run.device, run.sandbox, run.phases)
+
+
+def _all_right(got: list[dict], cases: list[dict], split: str) -> bool:
+    """Every planned case of the split came back, and right."""
+    back = [c for c in got if c.get("split") == split]
+    return len(back) == sum(c["split"] == split for c in cases) and all(c["ok"] for c in back)

@@ -15,6 +15,10 @@ can check it:
   regions against its reference.
 The checks inside the candidate's child (launch counts, torch-work meter, tamper snapshot) stay
 as early filters with clear messages for honest mistakes; no verdict depends on them.
+
+This module wires the stages, once: each is handed only what it needs (fitness.engine.settings,
+the engine's oracle, its pool or child), returns a frozen record of what it found with a Failure
+inside when it failed the candidate, and fitness.engine.outcome.verdict_from makes the verdict.
 """
 from __future__ import annotations
 
@@ -23,26 +27,29 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from fitness.common.compare import compare_where_room
 from fitness.common.flags import Flag
-from fitness.common.reference import ReferenceCache, compare_case, with_variant
-from fitness.engine.correctness import Traces, run_correctness
+from fitness.common.reference import ReferenceCache
+from fitness.engine.correctness import Correctness, Traces
 from fitness.engine.judges import Judge, judge_for
 from fitness.engine.measuring import BASELINE_CHILDREN, MeasuringTurn
-from fitness.engine.pool import CancelCheck, Cancelled, ChildProcess, WorkerFailure, WorkerPool
+from fitness.engine.outcome import CleanChild, Evaluation, verdict_from
+from fitness.engine.outputs import EngineOracle
+from fitness.engine.pool import CancelCheck, Cancelled, WorkerFailure, WorkerPool
 from fitness.engine.reference_service import REFERENCE_CHILDREN, ReferenceService
 from fitness.engine.replay import REFERENCES_AHEAD as REFERENCES_AHEAD
+from fitness.engine.replay import Replayer, ReplayResult
 from fitness.engine.replay import inplace_problem as inplace_problem
-from fitness.engine.replay import replay
 from fitness.engine.sandbox import detect
 from fitness.engine.script_eval import ScriptReferences
+from fitness.engine.settings import StageSettings
 from fitness.engine.static_gate import check_source
-from fitness.engine.verdict import TASK_CODE_RAISED, UnitStats, Verdict, biased_aa
+from fitness.engine.trials import TimingResult
+from fitness.engine.verdict import TASK_CODE_RAISED, Failure, UnitStats, Verdict
 from suites.task import Task, failure_line
 
 # clean children at least (they replay, then time): one measuring, others replaying or getting ready;
@@ -91,6 +98,9 @@ class Evaluator:
         if config.device == "cuda" and not self.gpu:
             raise RuntimeError("--device cuda was asked for but torch sees no GPU")
         self.interpret = not self.gpu
+        # what the stages read of the options and the machine: handed to each, wired here only
+        self.settings = StageSettings(config.seeds, config.timeout_s, config.timing_timeout_s, config.trials,
+                                      config.min_trials, config.baseline, self.interpret, self.gpu, config.suite_path)
         data = tuple(p for p in (config.suite_path, os.environ.get("TRITON_EVOLVE_DATA"),
                                  os.environ.get("TRITON_EVOLVE_CACHE"), *config.task_dirs) if p)
         self.sandbox = detect(not config.sandbox, config.triton_cache, data)
@@ -107,12 +117,16 @@ class Evaluator:
         def clean(size: int, spares: int) -> WorkerPool:
             return WorkerPool(size, self.sandbox, False, mem, config.triton_cache, clean=True, spares=spares)
         self.timer = clean(n_clean, spares(n_clean)) if self.gpu else None
-        self.turn = MeasuringTurn(self, clean(BASELINE_CHILDREN, 0)) if self.gpu else None
+        self.turn = MeasuringTurn(self.settings, clean(BASELINE_CHILDREN, 0)) if self.gpu else None
         self.references = references or ReferenceCache(config.reference_cache_bytes, self.compare_device)
         # on a GPU the references and comparisons run in clean children (fitness.engine.reference_service)
-        self.ref_service = ReferenceService(clean(REFERENCE_CHILDREN, 0), self.references, self.task_spec,
+        self.ref_service = ReferenceService(clean(REFERENCE_CHILDREN, 0), self.references, self.settings.task_spec,
                                             config.timeout_s) if self.gpu else None
-        self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s, self.task_spec)
+        self.outputs = EngineOracle(self.references, self.ref_service)
+        self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s,
+                                            self.settings.task_spec)
+        self.correctness = Correctness(self.pool, self.settings, self.sandbox.description)
+        self.replayer = Replayer(self.pool, self.settings, self.outputs)
         self._judges: dict[tuple, Judge] = {}
 
     def close(self) -> None:
@@ -200,41 +214,34 @@ class Evaluator:
     def _evaluate(self, task: Task, source: str | bytes, timed: bool, cancel: CancelCheck | None,
                   aa: bool = False) -> Verdict:
         t0 = time.monotonic()
-        v = self._verdict(task)
-        base_src = self.judge(task).baseline_source(aa)
-        if aa:  # an A/A sentinel: the starting kernel against itself, where the judge can say so
-            v.baseline, v.flags = self.judge(task).aa_name, v.flags + [Flag.AA_SENTINEL]
-        if not self.sandbox.isolated:
-            v.flags.append(Flag.NO_SANDBOX)
-        traces: Traces | None = None
-        gate = check_source(source, task.entry, self.judge(task).allowance())
+        found = self._stages(task, source, timed, cancel, aa, t0)
+        return verdict_from(found, round(time.monotonic() - t0, 3))
+
+    def _stages(self, task: Task, source: str | bytes, timed: bool, cancel: CancelCheck | None, aa: bool,
+                t0: float) -> Evaluation:
+        """Each stage in turn, handed what it needs; what each found, for verdict_from."""
+        judge = self.judge(task)
+        base_src = judge.baseline_source(aa)
+        # aa: an A/A sentinel, the starting kernel against itself, where the judge can say so
+        flags = ((Flag.AA_SENTINEL,) if aa else ()) + (() if self.sandbox.isolated else (Flag.NO_SANDBOX,))
+        found = Evaluation(task.name, self.sandbox.description, judge.aa_name if aa else judge.baseline_name,
+                           flags, self.gpu, timed)
+        gate = check_source(source, task.entry, judge.allowance())
         if not gate.ok:
-            v.reason = f"static gate: {gate.reason}"
-        else:
-            source = source.decode() if isinstance(source, bytes) else source
-            v.stage = "parse"
-            # order: slots serve the candidates that began evaluating first, so a task's
-            # starting kernel is not overtaken by the children other tasks make meanwhile
-            traces = run_correctness(self, task, source, v, cancel, order=t0)
-            if traces is not None and self.gpu:
-                self._clean_stages(task, traces, v, timed, cancel, t0, base_src)
-                if v.stage == "timed" and not aa and self.judge(task).is_baseline(source):
-                    biased_aa(v, source)
-            elif traces is not None:
-                self._replay(task, source, traces, v, cancel)
-            if v.passed and not self.gpu:
-                v.timing = "not timed: no GPU here; correctness ran under the Triton interpreter on CPU"
-                v.flags.append(Flag.UNTIMED_NO_GPU)
-            elif v.passed and not timed:
-                v.timing = "not timed: asked not to (--no-time)"
-        if v.passed and not v.reason:
-            v.reason = (f"passed {len(v.cases)} correctness cases "
-                        f"({sum(c['split'] == 'heldout' for c in v.cases)} held-out); "
-                        + self._replayed_words(task, traces))
-            if v.timing.startswith("not timed"):
-                v.reason += "; " + v.timing
-        v.elapsed_s = round(time.monotonic() - t0, 3)
-        return v
+            return replace(found, gate=Failure(f"static gate: {gate.reason}", "none"))
+        source = source.decode() if isinstance(source, bytes) else source
+        # order: slots serve the candidates that began evaluating first, so a task's
+        # starting kernel is not overtaken by the children other tasks make meanwhile
+        correct = self.correctness.run(task, judge, source, cancel, order=t0)
+        found = replace(found, correctness=correct)
+        if correct.traces is None:
+            return found
+        found = replace(found, replayed=self._replayed_words(judge, correct.traces))
+        if not self.gpu:
+            return replace(found, replay=self.replayer.run(task, judge, source, correct.traces, cancel))
+        replayed, timing, clean = self._clean_stages(task, judge, correct.traces, timed, cancel, t0, base_src)
+        aa_source = source if not aa and judge.is_baseline(source) else None
+        return replace(found, replay=replayed, timing=timing, clean=clean, aa_source=aa_source)
 
     def _verdict(self, task: Task) -> Verdict:
         return Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self.judge(task).baseline_name)
@@ -243,92 +250,63 @@ class Evaluator:
         """The task's judge (fitness.engine.judges): what its kind decides, kept per task."""
         key = (task.suite, task.name)
         if key not in self._judges:
-            self._judges[key] = judge_for(self, task)
+            self._judges[key] = judge_for(task, self.settings, self.outputs, self.script_refs)
         return self._judges[key]
 
     def reference_status(self, task: Task, cancel: CancelCheck | None = None) -> str:
         """'' when the task's reference runs here, else why not (script tasks; builtin always run)."""
         return self.judge(task).status(cancel)
 
-    def task_spec(self, task: Task) -> dict:
-        """How a child finds the task: the suite, the name and the suite's data folder."""
-        return {"suite": task.suite, "name": task.name, "path": self.config.suite_path}
-
-    def _clean_stages(self, task: Task, traces: dict, v: Verdict, timed: bool, cancel: CancelCheck | None,
-                      order: float, base_src: str | None) -> None:
+    def _clean_stages(self, task: Task, judge: Judge, traces: Traces, timed: bool, cancel: CancelCheck | None,
+                      order: float, base_src: str | None) -> tuple[ReplayResult, TimingResult | None, CleanChild]:
         """On a GPU: one clean child (it never imports the candidate) replays every recorded call
         and then, if asked, times the replayed kernels against the baseline. One fork, one CUDA
         start and one set of launchers per candidate for both stages."""
         assert self.timer is not None and self.turn is not None, "the clean stages run on a GPU only"
         t0 = time.monotonic()
+        replayed, timing = ReplayResult(), None
+        wait_s = held_s = None
         try:
             with self.timer.child(cancel, order) as clean:
                 held = time.monotonic()
-                v.phases["clean_wait_s"] = round(held - t0, 3)
+                wait_s = round(held - t0, 3)
                 try:
-                    if self._replay(task, "", traces, v, cancel, clean) is None:
-                        return
-                    if timed:
+                    replayed = self.replayer.run(task, judge, "", traces, cancel, clean)
+                    if replayed.failure is None and timed:
                         if cancel and cancel():
                             raise Cancelled()
-                        self.turn.time(task, traces, v, clean, base_src, cancel)
+                        timing = self.turn.time(task, judge, traces, clean, base_src, cancel)
                 finally:  # the clean child's slot held for this candidate: what bounds it, when it does
-                    v.phases["clean_held_s"] = round(time.monotonic() - held, 3)
+                    held_s = round(time.monotonic() - held, 3)
         except WorkerFailure as e:  # the clean child could not be had (its zygote failed)
-            self._fail(v, f"replay: {e}")
-            v.flags.append(Flag.WORKER_REPLACED)
+            lost = Failure(f"replay: {e}", "call", (Flag.WORKER_REPLACED,))
+            return replayed, timing, CleanChild(wait_s, held_s, lost)
+        return replayed, timing, CleanChild(wait_s, held_s)
 
-    def _replay(self, task: Task, source: str, traces: dict, v: Verdict, cancel: CancelCheck | None = None,
-                clean: ChildProcess | None = None) -> dict | None:
-        """Each recorded call replayed alone, in a fresh child (`clean`, on a GPU), on inputs from
-        a new seed, and compared with the engine's reference: the candidate's own kernels did the
-        work, or it fails. Script tasks' benchmark calls are checked in the timing instead (their
-        reference is the suite's kernel)."""
-        return replay(self, task, source, traces, v, cancel, clean)
-
-    def _replayed_words(self, task: Task, traces: dict | None) -> str:
+    def _replayed_words(self, judge: Judge, traces: Traces) -> str:
         """What the replay established, for the pass reason: how many calls, and what ran."""
-        if not self.judge(task).replays:
+        if not judge.replays:
             return ("calls not replayed: a script task's benchmark calls are checked in the timing (GPU only), "
                     "against the suite's kernel")
-        n = len(traces.calls) if isinstance(traces, Traces) else len(traces or {})
         what = ("the recorded compiled kernels on engine-allocated buffers" if self.gpu else
                 "the candidate's @triton.jit kernels built from their source alone (its module never "
                 "imported), under the Triton interpreter")
-        return (f"each of the {n} calls replayed alone on fresh inputs: {what}, plus only the engine's "
-                f"own tensor primitives")
-
-    @staticmethod
-    def _fail(v: Verdict, reason: str) -> None:
-        v.reason = reason
-        v.correct = v.heldout_correct = False
-        v.stage = "call"
-        return None
+        return (f"each of the {len(traces.calls)} calls replayed alone on fresh inputs: {what}, plus only the "
+                f"engine's own tensor primitives")
 
     def prefetch_reference(self, task: Task, case: dict) -> None:
         """The case's reference computed while its outputs are on their way."""
-        (self.ref_service or self.references).prefetch(task, case)
+        self.outputs.prefetch(task, case)
 
     def check_case(self, task: Task, case: dict, outputs: Any) -> str:
         """'' or what is wrong with a child's `outputs` (as they came, on the CPU) for `case`."""
-        if outputs is None:
-            return "no outputs returned"
-        if self.ref_service is not None:
-            problem = self.ref_service.check(task, case, outputs)
-            if problem is not None:
-                return with_variant(problem, case)
-        refs, expected = self.references.get(task, case)  # here: no GPU, or no reference child answered
-        problem = compare_where_room(self.references.device,
-                                     lambda o, r: compare_case(task, o, r, expected, case), outputs, refs)
-        return with_variant(problem, case)
+        return self.outputs.check_case(task, case, outputs)
 
     # -------------------------------------------------------------------------------------
     @property
     def compare_device(self) -> str:
-        """Where outputs are compared: on a GPU machine the GPU, where it has room. A dozen passes
-        over float64 copies of 64 MiB outputs took the engine 3 s of CPU per candidate on the H100
-        machine, CPU its correctness workers needed for compiling."""
-        return "cuda" if self.gpu else "cpu"
+        """Where outputs are compared (fitness.engine.settings.StageSettings.compare_device)."""
+        return self.settings.compare_device
 
     @property
     def measuring_s(self) -> float:
@@ -350,6 +328,13 @@ class Evaluator:
     @property
     def parallelism(self) -> int:
         return slots_per_unit(self.config.workers)
+
+    def unit_stats(self, unit: str) -> UnitStats:
+        """A Dask unit's running totals (fitness.engine.cluster); its evaluations are counted by the
+        engine, per command."""
+        return UnitStats(unit=unit, device=self.pool.info().get("device", "?"), gpu=self.gpu,
+                         workers=self.config.workers, evaluations=0,
+                         correctness_busy_s=self.pool.busy_s, measuring_s=self.measuring_s)
 
     def units(self, evaluations: int = 0) -> list[UnitStats]:
         return [UnitStats("local", self.pool.info().get("device", "?"), self.gpu, self.config.workers,

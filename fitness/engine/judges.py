@@ -15,19 +15,20 @@ from __future__ import annotations
 import random
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fitness.common.compare import compare_tree_on
 from fitness.common.flags import Flag
+from fitness.engine.outputs import OutputsChecker
 from fitness.engine.pool import CancelCheck
+from fitness.engine.script_eval import ScriptReferences
+from fitness.engine.settings import StageSettings
 from fitness.engine.static_gate import allowance
-from fitness.engine.verdict import Verdict
+from fitness.engine.verdict import Failure
 from suites.task import Task
 
-if TYPE_CHECKING:
-    from fitness.engine.evaluator import Evaluator
-
 Check = Callable[[dict, dict], str]  # (case, the child's reply) -> '' or what was wrong
+Planned = tuple[list[dict], Check]  # an evaluation's cases, and how each one's reply is judged
 
 
 def fresh_seed() -> int:
@@ -54,12 +55,13 @@ class FunctionJudge:
     floor = True  # the task's own cost model: times are clamped at its roofline
     oracle_is_baseline = False  # the timed outputs are checked against the engine's reference
 
-    def __init__(self, ev: Evaluator, task: Task):
-        self.ev, self.task = ev, task
+    def __init__(self, task: Task, settings: StageSettings, outputs: OutputsChecker):
+        """`outputs`: the engine's float64 reference, the oracle of every call's outputs."""
+        self.task, self.settings, self.outputs = task, settings, outputs
 
     @property
     def baseline_name(self) -> str:
-        return "the starting kernel" if self.ev.config.baseline == "start" else "the PyTorch reference"
+        return "the starting kernel" if self.settings.baseline == "start" else "the PyTorch reference"
 
     def allowance(self) -> frozenset:
         return frozenset()
@@ -75,27 +77,27 @@ class FunctionJudge:
 
     def baseline_source(self, aa: bool = False) -> str | None:
         """The kernel the baseline child runs; None: the torch reference."""
-        return self.task.start_source if aa or self.ev.config.baseline == "start" else None
+        return self.task.start_source if aa or self.settings.baseline == "start" else None
 
-    def cases(self, v: Verdict, cancel: CancelCheck | None = None) -> tuple[list[dict], Check] | None:
+    def cases(self, cancel: CancelCheck | None = None) -> Planned | Failure:
         """This evaluation's cases: the tuning shapes and held-out shapes drawn for it alone,
         each at fresh seeds (as many as the run's --seeds): nothing repeats to be cached or
         looked up, and no list of held-out shapes exists anywhere to be read."""
-        interpret = self.ev.interpret
+        interpret = self.settings.interpret
         heldout = self.task.draw_heldout(random.Random(secrets.randbits(64)), interpret)
         cases = [{"split": split, "shape": dict(shape), "dtype": dt, "seed": fresh_seed()}
                  for split, group in (("tuning", self.task.shape_set(interpret).tuning), ("heldout", heldout))
-                 for shape in group for dt in self.task.dtypes for _ in self.ev.config.seeds]
-        assign_variants(cases, self.task.variants, len(self.ev.config.seeds))
-        return cases, lambda case, reply: self.ev.check_case(self.task, case, reply.get("outputs"))
+                 for shape in group for dt in self.task.dtypes for _ in self.settings.seeds]
+        assign_variants(cases, self.task.variants, len(self.settings.seeds))
+        return cases, lambda case, reply: self.outputs.check_case(self.task, case, reply.get("outputs"))
 
     def prefetch(self, case: dict) -> None:
         """The case's reference computed while its outputs are on their way."""
-        self.ev.prefetch_reference(self.task, case)
+        self.outputs.prefetch(self.task, case)
 
     def check_timed(self, case: dict, seed: int, candidate: Any, baseline: Any) -> str:
         """The timed replay's outputs on the third draw, against the engine's reference."""
-        return self.ev.check_case(self.task, {**case, "seed": seed}, candidate)
+        return self.outputs.check_case(self.task, {**case, "seed": seed}, candidate)
 
 
 class ScriptJudge:
@@ -104,8 +106,9 @@ class ScriptJudge:
     floor = False  # the suite's cost estimate flags, never clamps
     oracle_is_baseline = True  # the timed outputs are checked against the baseline's, on the same sets
 
-    def __init__(self, ev: Evaluator, task: Task):
-        self.ev, self.task = ev, task
+    def __init__(self, task: Task, settings: StageSettings, refs: ScriptReferences):
+        """`refs`: the suite's own kernel's results (fitness.engine.script_eval), the oracle."""
+        self.task, self.settings, self.refs = task, settings, refs
         self._allowance: frozenset | None = None
 
     @property
@@ -119,7 +122,7 @@ class ScriptJudge:
         return self._allowance
 
     def status(self, cancel: CancelCheck | None = None) -> str:
-        return self.ev.script_refs.get(self.task, cancel).error
+        return self.refs.get(self.task, cancel).error
 
     def baseline_source(self, aa: bool = False) -> str | None:
         return None  # the child loads the suite's kernel itself (the starting kernel: A/A already)
@@ -131,32 +134,30 @@ class ScriptJudge:
     def aa_name(self) -> str:
         return self.baseline_name
 
-    def cases(self, v: Verdict, cancel: CancelCheck | None = None) -> tuple[list[dict], Check] | None:
+    def cases(self, cancel: CancelCheck | None = None) -> Planned | Failure:
         """The suite's test and benchmark cases; on a GPU also the benchmark inputs to be timed
-        (their calls' traces are what is timed). None when the suite's reference fails here."""
-        refs = self.ev.script_refs
+        (their calls' traces are what is timed). A Failure when the suite's reference fails here."""
+        refs = self.refs
         ref = refs.get(self.task, cancel)
         if ref.error:
-            v.reason = ref.error
-            v.flags.append(Flag.INVALID_HERE)
-            v.device = self.ev.pool.info().get("device", "")
-            return None
+            return Failure(ref.error, "parse", (Flag.INVALID_HERE,))
         cases = refs.cases(ref)
-        if self.ev.gpu:  # one seed for the timed inputs, only recorded: a draw serves every shape
+        if self.settings.gpu:  # one seed for the timed inputs, only recorded: a draw serves every shape
             seed = fresh_seed()  # of a perf file that makes them all at once (suites.tritonbench)
             cases += [{**c, "split": "timing", "seed": seed} for c in refs.timing_cases(ref)]
-        return cases, lambda case, reply: refs.check(self.task, ref, case, reply, self.ev.compare_device)
+        return cases, lambda case, reply: refs.check(self.task, ref, case, reply, self.settings.compare_device)
 
     def prefetch(self, case: dict) -> None:
         """Nothing: the suite's own kernel is the oracle, computed once per task (fitness.engine.script_eval)."""
 
     def check_timed(self, case: dict, seed: int, candidate: Any, baseline: Any) -> str:
-        return compare_tree_on(self.ev.compare_device, candidate, baseline, self.task.tolerance, slack=4.0,
+        return compare_tree_on(self.settings.compare_device, candidate, baseline, self.task.tolerance, slack=4.0,
                                path="output")
 
 
 Judge = FunctionJudge | ScriptJudge  # what an evaluator asks of a task's kind
 
 
-def judge_for(ev: Evaluator, task: Task) -> Judge:
-    return ScriptJudge(ev, task) if task.script is not None else FunctionJudge(ev, task)
+def judge_for(task: Task, settings: StageSettings, outputs: OutputsChecker, refs: ScriptReferences) -> Judge:
+    """The task's judge, handed the oracle of its kind: the engine's reference, or the suite's kernel."""
+    return ScriptJudge(task, settings, refs) if task.script is not None else FunctionJudge(task, settings, outputs)

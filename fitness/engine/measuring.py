@@ -14,12 +14,13 @@ import random
 import statistics
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 
 from fitness.clean.timing import FRESH_MAX_SETS, MAX_SETS, draws_for, passes_for
 from fitness.common.flags import Flag
 from fitness.engine.baseline_child import ShapeKey, StepClock
 from fitness.engine.gpu_busy import busy_note
-from fitness.engine.judges import fresh_seed
+from fitness.engine.judges import Judge, fresh_seed
 from fitness.engine.launch_configs import describe, timed_configs
 from fitness.engine.pool import CancelCheck, Cancelled, WorkerFailure
 from fitness.engine.replay_check import check_outputs
@@ -31,18 +32,18 @@ from fitness.engine.trials import (
     Draws,
     TimingChild,
     TimingRejected,
+    TimingResult,
     alternate,
     checked,
-    enough_trials,
     far,
-    fill_timed,
     noisy,
+    timed_result,
     timed_row,
     warm_up,
 )
 from fitness.engine.turn_state import ORACLE_BYTES as ORACLE_BYTES
 from fitness.engine.turn_state import TurnState
-from fitness.engine.verdict import Verdict
+from fitness.engine.verdict import Failure
 from suites.task import Task
 
 logger = logging.getLogger(__name__)
@@ -73,52 +74,49 @@ def _shape_key(task: Task, case: dict, baseline_source: str | None) -> ShapeKey:
 
 
 class MeasuringTurn(TurnState):
-    def time(self, task: Task, traces: dict, v: Verdict, replay: TimingChild, base_src: str | None = None,
-             cancel: CancelCheck | None = None) -> None:
-        """Times a candidate's replayed kernels against the baseline, shape by shape; fills `v`.
-        Raises Cancelled when `cancel()` turns true while it waits for the turn (a stopping run
-        does not wait for the GPU: the candidate stays unevaluated, for a resume)."""
-        split = self.ev.judge(task).timed_split
-        timed = [(case, trace) for case, trace in traces.values() if case["split"] == split]
+    def time(self, task: Task, judge: Judge, traces: dict, replay: TimingChild, base_src: str | None = None,
+             cancel: CancelCheck | None = None) -> TimingResult:
+        """Times a candidate's replayed kernels against the baseline, shape by shape (the task's
+        `judge` says which calls are timed and how they are checked). Raises Cancelled when
+        `cancel()` turns true while it waits for the turn (a stopping run does not wait for the
+        GPU: the candidate stays unevaluated, for a resume)."""
+        timed = [(case, trace) for case, trace in traces.values() if case["split"] == judge.timed_split]
         if not timed:
-            v.timing = "not timed: the suite gives no benchmark inputs for this task"
-            v.flags.append(Flag.UNTIMED)
-            return
+            return TimingResult(timing="not timed: the suite gives no benchmark inputs for this task",
+                                flags=(Flag.UNTIMED,))
         marks = [time.monotonic()]
         try:
-            plans, rows = self._turn(task, timed, replay, base_src, cancel, marks)
+            plans, rows = self._turn(task, judge, timed, replay, base_src, cancel, marks)
         except (WorkerFailure, TimingRejected) as e:
-            v.reason = f"timing: {e}"
             logger.info("%s: timing failed: %s", task.name, str(e).splitlines()[0] if str(e) else type(e).__name__)
-            v.flags.append(Flag.TIMING_FAILED)
-            v.correct = False  # a kernel that cannot be timed (hang, crash, a failed check) is no parent
-            if isinstance(e, WorkerFailure):
-                v.flags.append(Flag.WORKER_REPLACED)
-            return
-        fill_timed(v, plans, rows, marks, self.peaks, self.ev.judge(task).floor)
-        v.configs = timed_configs((str(case["shape"]), trace) for case, trace in timed)
-        if v.configs:
-            v.timing += "; " + describe(v.configs, len(timed))
+            flags = (Flag.TIMING_FAILED, *((Flag.WORKER_REPLACED,) if isinstance(e, WorkerFailure) else ()))
+            # a kernel that cannot be timed (hang, crash, a failed check) is no parent
+            return TimingResult(failure=Failure(f"timing: {e}", "correct", flags))
+        result = timed_result(plans, rows, marks, self.peaks, judge.floor)
+        configs = timed_configs((str(case["shape"]), trace) for case, trace in timed)
+        how = result.timing + ("; " + describe(configs, len(timed)) if configs else "")
+        return replace(result, configs=tuple(configs), timing=how)
 
-    def _turn(self, task: Task, timed: list[tuple[dict, dict]], replay: TimingChild, base_src: str | None,
-              cancel: CancelCheck | None, marks: list[float]) -> tuple[list[dict], list[dict]]:
+    def _turn(self, task: Task, judge: Judge, timed: list[tuple[dict, dict]], replay: TimingChild,
+              base_src: str | None, cancel: CancelCheck | None, marks: list[float]) -> tuple[list[dict], list[dict]]:
         """The plans and rows of every timed shape: prepared before the turn, measured inside
         it, checked after it. `marks` gets when the turn was asked for, taken and given back."""
         # outside the measuring turn: the replay child loads the kernels, draws every shape's
         # inputs, warms up and captures, while another candidate is being measured
-        plans = self._prepare(task, timed, replay, base_src)
+        plans = self._prepare(task, judge, timed, replay, base_src)
         marks.append(time.monotonic())
         self._take_turn(cancel)
         try:
             marks.append(time.monotonic())
             with self._baseline(task.name) as baseline:  # held for all shapes: no preparing between them
-                rows = [self._measure(task, plan, replay, baseline, first=i == 0) for i, plan in enumerate(plans)]
+                rows = [self._measure(task, plan, replay, baseline, judge.oracle_is_baseline, first=i == 0)
+                        for i, plan in enumerate(plans)]
             marks.append(time.monotonic())
             self.busy_s += marks[3] - marks[2]
         finally:
             self.lock.release()
         for plan in plans:  # after the turn: only the engine's reference is needed
-            self._check_replay(task, plan, replay)
+            self._check_replay(judge, plan, replay)
         return plans, rows
 
     def _take_turn(self, cancel: CancelCheck | None = None) -> None:
@@ -144,7 +142,7 @@ class MeasuringTurn(TurnState):
             ep["uses"] += 1
             return dict(ep)
 
-    def _prepare(self, task: Task, timed: list[tuple[dict, dict]], replay: TimingChild,
+    def _prepare(self, task: Task, judge: Judge, timed: list[tuple[dict, dict]], replay: TimingChild,
                  base_src: str | None) -> list[dict]:
         """Every shape made ready outside the measuring turn, the plans the turn follows. The
         baseline's sides (kept, or prepared now in its own child) are readied in a thread beside
@@ -156,13 +154,14 @@ class MeasuringTurn(TurnState):
             key = _shape_key(task, case, base_src)
             ep = self._epoch(key, FUNCTION_DRAWS if task.script is None else SCRIPT_DRAWS,
                              task.script is None and task.device_inputs)
-            opening = {"op": "time_prepare", "task": self.ev.task_spec(task), "case": {**case, "seed": ep["seeds"][0]},
-                       "seeds": ep["seeds"]}
+            opening = {"op": "time_prepare", "task": self.settings.task_spec(task),
+                       "case": {**case, "seed": ep["seeds"][0]}, "seeds": ep["seeds"]}
             plans.append({"slot": slot, "case": case, "epoch": ep, "opening": opening, "key": key,
                           "base_src": base_src, "base_slot": f"epoch{ep['id']}", "n": ep["n"], "prepare_s": {}})
         baseline_side = ThreadPoolExecutor(1)
         try:
-            bases = [baseline_side.submit(self._ready_baseline, task, plan) for plan in plans]
+            bases = [baseline_side.submit(self._ready_baseline, task, plan, judge.oracle_is_baseline)
+                     for plan in plans]
             for plan, base, (_, trace) in zip(plans, bases, timed):
                 self._prepare_replay(plan, trace, replay, base)
         finally:  # a failed replay stops the baseline's sides not begun yet
@@ -172,23 +171,23 @@ class MeasuringTurn(TurnState):
     def _prepare_replay(self, plan: dict, trace: dict, replay: TimingChild, base: Future[int]) -> None:
         clock = StepClock(plan["prepare_s"])
         plan["cal"] = checked(replay.request({**plan["opening"], "slot": plan["slot"], "trace": trace},
-                                             self.ev.config.timing_timeout_s), "c")
+                                             self.settings.timing_timeout_s), "c")
         clock.tick("replay")
         for k, ms in (plan["cal"].get("phase_ms") or {}).items():  # where the replay child's part went
             plan["prepare_s"][f"replay.{k}"] = ms / 1e3
         plan["n"] = base.result()  # the baseline's number of input sets, which the replay's must match
         clock.tick("baseline_wait")
         sets = {"op": "time_sets", "slot": plan["slot"], "n_sets": plan["n"], "graph": True}
-        plan["method"] = checked(replay.request(sets, self.ev.config.timing_timeout_s), "c")["method"]
+        plan["method"] = checked(replay.request(sets, self.settings.timing_timeout_s), "c")["method"]
         clock.tick("sets")
 
-    def _ready_baseline(self, task: Task, plan: dict) -> int:
+    def _ready_baseline(self, task: Task, plan: dict, oracle_is_baseline: bool) -> int:
         """The baseline's side of the plan's shape and epoch (and, where the baseline is the oracle,
         its checked outputs) made ready before the turn; the number of input sets of the epoch."""
         clock = StepClock(plan["prepare_s"])
         with self._baseline(task.name) as child:
             b = self._baseline_open(task, plan, child, inside=False)
-            if self.ev.judge(task).oracle_is_baseline:
+            if oracle_is_baseline:
                 self._check_of(plan, int(b["n_sets"]))
                 self._oracle(plan, child)
         clock.tick("baseline")
@@ -198,7 +197,7 @@ class MeasuringTurn(TurnState):
         """The baseline's side of this shape and epoch, opened: kept from an earlier candidate,
         or prepared now (draws, warm-up, calibration, input sets, graph). Inside the turn only
         when the side prepared before it was dropped for memory or its child was replaced."""
-        timeout = self.ev.config.timing_timeout_s
+        timeout = self.settings.timing_timeout_s
         slot = plan["base_slot"]
         opened = checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
         if not opened.get("missing"):
@@ -221,26 +220,27 @@ class MeasuringTurn(TurnState):
         checked(base.request({"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}, timeout), "b")
         return checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
 
-    def _measure(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild, first: bool) -> dict:
+    def _measure(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild, oracle_is_baseline: bool,
+                 first: bool) -> dict:
         """One shape, inside the measuring turn: both sides' input sets ready, then trials
         alternating between them, each bounded by the engine's clock (the turn's `first` shape
-        after an untimed request of each side)."""
+        after an untimed request of each side; `oracle_is_baseline`: the judge's)."""
         clock = StepClock(plan.setdefault("turn_s", {}))
         sides: dict[str, TimingChild] = {"c": replay, "b": baseline}
         b = self._baseline_open(task, plan, sides["b"])
         clock.tick("baseline_prepare" if plan.get("baseline_prepared") else "baseline_open")
         n, slots = b["n_sets"], {"c": plan["slot"], "b": plan["base_slot"]}
         methods = self._same_method(sides, slots, n, {"b": b["method"], "c": plan["method"] if plan["n"] == n else ""})
-        checked(replay.request({"op": "time_open", "slot": plan["slot"]}, self.ev.config.timing_timeout_s), "c")
+        checked(replay.request({"op": "time_open", "slot": plan["slot"]}, self.settings.timing_timeout_s), "c")
         clock.tick("sets")
         bc = b["cal"]
         passes = passes_for(n, bc["in_bytes"], bc["t_one_ms"], bc["l2_bytes"])
         draws = self._draws(plan, n)
         if first:
-            warm_up(sides, passes, self.ev.config.timing_timeout_s, draws)
+            warm_up(sides, passes, self.settings.timing_timeout_s, draws)
         times = self._verified_trials(plan, sides, (methods["c"], n, passes), draws)
         clock.tick("trials")
-        if self.ev.judge(task).oracle_is_baseline:  # the suite's kernel is the oracle: its outputs, once per epoch
+        if oracle_is_baseline:  # the suite's kernel is the oracle: its outputs, once per epoch
             plan["oracle"] = self._oracle(plan, sides["b"])
             clock.tick("checks")
         cal = {"c": plan["cal"], "b": b["cal"]}
@@ -250,7 +250,7 @@ class MeasuringTurn(TurnState):
         """The shape's trials' draws: how many the sides hold, the epoch's checked trial, and which
         of this candidate's trials it is (one of those every shape runs, picked now, told no one)."""
         rot, picks = self._check_of(plan, n)
-        at = random.SystemRandom().randrange(enough_trials(self.ev.config))
+        at = random.SystemRandom().randrange(self.settings.budget.enough)
         fresh = plan["epoch"].get("fresh") if n <= FRESH_MAX_SETS else None
         plan["check_key"] = plan["epoch"].get("check_key") if fresh is not None else None
         return Draws(draws_for(n, len(plan["epoch"]["seeds"])), rot, picks, at, fresh, plan["check_key"])
@@ -290,7 +290,7 @@ class MeasuringTurn(TurnState):
         _, n, passes = how
         kept = self._kept(plan, how) if reuse else None
         if kept:
-            times = alternate(sides, n, passes, plan["turn_s"], self.ev.config, draws, track=True)
+            times = alternate(sides, n, passes, plan["turn_s"], self.settings.budget, draws, track=True)
             held = abs(statistics.median(times["b"]) / statistics.median(kept) - 1) <= DRIFT
             times["b"] = (kept + times["b"])[-BASELINE_KEPT:]
             if held and (not noisy(times) or far(times)):
@@ -298,11 +298,11 @@ class MeasuringTurn(TurnState):
                 plan["baseline_reused"] = True
                 return times
             plan["baseline_drifted"] = not held
-        times = alternate(sides, n, passes, plan["turn_s"], self.ev.config, draws)
+        times = alternate(sides, n, passes, plan["turn_s"], self.settings.budget, draws)
         # once more: a swing of the clocks passes, a noisy kernel stays noisy (after a tracked round
         # that strayed, this full one is already the second)
         if noisy(times) and not kept and not far(times):
-            times = alternate(sides, n, passes, plan["turn_s"], self.ev.config, draws)
+            times = alternate(sides, n, passes, plan["turn_s"], self.settings.budget, draws)
         self._keep(plan, how, times["b"], full=True)
         return times
 
@@ -337,7 +337,7 @@ class MeasuringTurn(TurnState):
         next candidate: one uncapturable candidate once left its epoch eager for all after it)."""
         def sets(k: str, graph: bool) -> str:
             req = {"op": "time_sets", "slot": slots[k], "n_sets": n, "graph": graph}
-            return checked(sides[k].request(req, self.ev.config.timing_timeout_s), k)["method"]
+            return checked(sides[k].request(req, self.settings.timing_timeout_s), k)["method"]
         if not methods["c"]:  # prepared for another number of sets, or not yet
             methods["c"] = sets("c", True)
         if methods["b"] != methods["c"]:
@@ -346,10 +346,10 @@ class MeasuringTurn(TurnState):
                 methods["c"] = sets("c", False)
         return methods
 
-    def _check_replay(self, task: Task, plan: dict, replay: TimingChild) -> None:
+    def _check_replay(self, judge: Judge, plan: dict, replay: TimingChild) -> None:
         """The outputs one timed trial of the replay kept (picked at random, prepared like every
         other), against the engine's own reference of each set's draw, or the baseline's outputs
         of the same trial's sets (memory the baseline leaves unwritten is no part of them)."""
         req = {"op": "time_check", "slot": plan["slot"]}
-        outs = checked(replay.request(req, self.ev.config.timing_timeout_s), "c")["outputs"]
-        check_outputs(self.ev.judge(task), plan, outs)
+        outs = checked(replay.request(req, self.settings.timing_timeout_s), "c")["outputs"]
+        check_outputs(judge, plan, outs)

@@ -3,78 +3,103 @@ inputs from a seed the candidate never saw, and compared with the engine's refer
 
 Separate from fitness.engine.evaluator, which runs the whole cascade, as fitness.engine.correctness is: the
 replay is one stage of it with its own checks (an in-place task's outputs, the torch work counted
-on the replay, each call's result), and it reaches the evaluator only through what it is handed.
+on the replay, each call's result). It is handed what it needs (the stage settings, the engine's
+oracle, a pool or a clean child) and returns a ReplayResult; it never reaches the evaluator.
 """
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from fitness.common.inputs import TORCH_WORK_SHARE
 from fitness.engine.correctness import Traces
-from fitness.engine.judges import fresh_seed
-from fitness.engine.pool import CancelCheck, ChildProcess, WorkerFailure
-from fitness.engine.verdict import Verdict
+from fitness.engine.judges import Judge, fresh_seed
+from fitness.engine.outputs import OutputsChecker
+from fitness.engine.pool import CancelCheck, ChildProcess, WorkerFailure, WorkerPool
+from fitness.engine.settings import StageSettings
+from fitness.engine.verdict import Failure
 from suites.task import Task
-
-if TYPE_CHECKING:
-    from fitness.engine.evaluator import Evaluator
 
 # a replay's references computed while its child runs, this many ahead of the comparisons (each up
 # to 64 MiB in float64 on builtin; fitness.common.reference.DEVICE_BYTES bounds what the cache holds)
 REFERENCES_AHEAD = 3
 
 
-def replay(ev: Evaluator, task: Task, source: str, traces: dict, v: Verdict, cancel: CancelCheck | None = None,
-           clean: ChildProcess | None = None) -> dict | None:
-    """Each recorded call replayed alone, in a fresh child (`clean`, on a GPU), on inputs from
-    a new seed, and compared with the engine's reference: the candidate's own kernels did the
-    work, or it fails. Script tasks' benchmark calls are checked in the timing instead (their
-    reference is the suite's kernel)."""
-    calls = traces.calls if isinstance(traces, Traces) else list(traces.values())
-    items = [{"case": {**case, "seed": fresh_seed()}, "trace": trace} for case, trace in calls
-             if ev.judge(task).replays]
-    if not items:
-        return traces
-    problem = next((p for p in (inplace_problem(task, item["trace"]) for item in items) if p), "")
-    if problem:
-        return ev._fail(v, f"replay: {problem}")
-    for item in items[:REFERENCES_AHEAD]:
-        ev.prefetch_reference(task, item["case"])
-    req = {"op": "replay", "task": ev.task_spec(task), "items": items,
-           "source": source if ev.interpret else None}
-    t0 = time.monotonic()
-    try:
-        reply = clean.request(req, 2 * ev.config.timeout_s) if clean is not None else \
-            ev.pool.request(req, 2 * ev.config.timeout_s, cancel)
-    except WorkerFailure as e:
-        return ev._fail(v, f"replay: {e}")
-    v.phases["replay_s"] = round(time.monotonic() - t0, 3)
-    v.phases["replay_child_ms"] = dict(reply.get("phase_ms") or {})
-    if reply.get("error"):
-        return ev._fail(v, f"replay: {reply['error']}")
-    results = reply.get("results")
-    if not isinstance(results, list) or len(results) != len(items):  # fail closed: every call replayed
-        return ev._fail(v, f"replay: {len(items)} recorded calls sent, the replaying child answered "
-                           f"{len(results) if isinstance(results, list) else 'none'} of them")
-    for k, (item, res) in enumerate(zip(items, results)):
-        case = item["case"]
-        if k + REFERENCES_AHEAD < len(items):
-            ev.prefetch_reference(task, items[k + REFERENCES_AHEAD]["case"])
-        where = f"{case['split']} shape {case['shape']} {case['dtype']}"
-        if res.get("error"):
-            return ev._fail(v, f"{res['error']} ({where})")
-        produced = sum(o.numel() for o in res["outputs"])
-        if not task.torch_ops and res["torch_elements"] > max(1024, TORCH_WORK_SHARE * produced):
-            by_size = sorted(res["torch_ops"].items(), key=lambda kv: -kv[1])
-            ops = ", ".join(f"{k} ({n} elements)" for k, n in by_size)
-            return ev._fail(v, f"torch did work outside Triton kernels (counted on the replay): {ops}")
-        problem = ev.check_case(task, case, res["outputs"])
+@dataclass(frozen=True)
+class ReplayResult:
+    """What the replay found: nothing wrong, or the failure of the first call that did not check
+    out (the cascade stops there); `phases`: its seconds, once the replaying child answered."""
+    failure: Failure | None = None
+    phases: dict = field(default_factory=dict)
+
+
+def _failed(reason: str, phases: dict | None = None) -> ReplayResult:
+    """A replay that failed: the candidate's own kernels did not do the work (so the verdict
+    records it at the call, correct on nothing)."""
+    return ReplayResult(Failure(reason, "call"), phases or {})
+
+
+class Replayer:
+    def __init__(self, pool: WorkerPool, settings: StageSettings, outputs: OutputsChecker):
+        """`pool`: where a replay runs without a clean child of its own (the interpreter's);
+        `outputs`: the engine's reference, which every replayed call is compared with."""
+        self.pool, self.settings, self.outputs = pool, settings, outputs
+
+    def run(self, task: Task, judge: Judge, source: str, traces: dict, cancel: CancelCheck | None = None,
+            clean: ChildProcess | None = None) -> ReplayResult:
+        """Each recorded call replayed alone, in a fresh child (`clean`, on a GPU), on inputs from
+        a new seed, and compared with the engine's reference: the candidate's own kernels did the
+        work, or it fails. Script tasks' benchmark calls are checked in the timing instead (their
+        reference is the suite's kernel)."""
+        calls = traces.calls if isinstance(traces, Traces) else list(traces.values())
+        items = [{"case": {**case, "seed": fresh_seed()}, "trace": trace} for case, trace in calls
+                 if judge.replays]
+        if not items:
+            return ReplayResult()
+        problem = next((p for p in (inplace_problem(task, item["trace"]) for item in items) if p), "")
         if problem:
-            return ev._fail(v, f"replay: the recorded kernels, replayed alone on fresh inputs ({where}), "
+            return _failed(f"replay: {problem}")
+        for item in items[:REFERENCES_AHEAD]:
+            self.outputs.prefetch(task, item["case"])
+        req = {"op": "replay", "task": self.settings.task_spec(task), "items": items,
+               "source": source if self.settings.interpret else None}
+        t0 = time.monotonic()
+        try:
+            reply = clean.request(req, 2 * self.settings.timeout_s) if clean is not None else \
+                self.pool.request(req, 2 * self.settings.timeout_s, cancel)
+        except WorkerFailure as e:
+            return _failed(f"replay: {e}")
+        phases = {"replay_s": round(time.monotonic() - t0, 3), "replay_child_ms": dict(reply.get("phase_ms") or {})}
+        if reply.get("error"):
+            return _failed(f"replay: {reply['error']}", phases)
+        results = reply.get("results")
+        if not isinstance(results, list) or len(results) != len(items):  # fail closed: every call replayed
+            return _failed(f"replay: {len(items)} recorded calls sent, the replaying child answered "
+                           f"{len(results) if isinstance(results, list) else 'none'} of them", phases)
+        return ReplayResult(self._judge(task, items, results), phases)
+
+    def _judge(self, task: Task, items: list[dict], results: list[dict]) -> Failure | None:
+        """The first replayed call that did not check out, if any: an error, torch work beyond its
+        share, or outputs the engine's reference does not match."""
+        for k, (item, res) in enumerate(zip(items, results)):
+            case = item["case"]
+            if k + REFERENCES_AHEAD < len(items):
+                self.outputs.prefetch(task, items[k + REFERENCES_AHEAD]["case"])
+            where = f"{case['split']} shape {case['shape']} {case['dtype']}"
+            if res.get("error"):
+                return Failure(f"{res['error']} ({where})", "call")
+            produced = sum(o.numel() for o in res["outputs"])
+            if not task.torch_ops and res["torch_elements"] > max(1024, TORCH_WORK_SHARE * produced):
+                by_size = sorted(res["torch_ops"].items(), key=lambda kv: -kv[1])
+                ops = ", ".join(f"{k} ({n} elements)" for k, n in by_size)
+                return Failure(f"torch did work outside Triton kernels (counted on the replay): {ops}", "call")
+            problem = self.outputs.check_case(task, case, res["outputs"])
+            if problem:
+                return Failure(f"replay: the recorded kernels, replayed alone on fresh inputs ({where}), "
                                f"gave a wrong result: {problem}; work done outside the candidate's Triton "
-                               f"kernels (torch, numpy, Python, an answer prepared earlier) does not count")
-    return traces
+                               f"kernels (torch, numpy, Python, an answer prepared earlier) does not count", "call")
+        return None
 
 
 def inplace_problem(task: Task, trace: Any) -> str:

@@ -1,5 +1,5 @@
 """One round of timed trials inside the measuring turn, how its evidence is judged, and the
-verdict the rows of a timing that checked out make (`fill_timed`).
+result the rows of a timing that checked out make (`timed_result`, a TimingResult).
 
 The candidate's replay child and the baseline child take turns, request by request, each request
 a few timed regions; every time a child reports must fit inside the engine's own clock for that
@@ -15,13 +15,11 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from fitness.common.flags import Flag
-from fitness.engine.verdict import Verdict, speedup_from_rows
-
-if TYPE_CHECKING:
-    from fitness.engine.evaluator import EvalConfig
+from fitness.engine.launch_configs import KernelConfig
+from fitness.engine.verdict import Failure, speedup_from_rows
 
 NOISY = 0.1  # interquartile range over median of a side's trials that flags a shape
 STEADY = 0.01  # a spread under which more trials would not move the median (H100 graphs: 0.1-0.5%)
@@ -38,6 +36,34 @@ FAR_SHARE = 0.5
 # the baseline's tracking request may stray this far from its kept median before both sides are
 # timed fully again (fitness.engine.measuring)
 DRIFT = 0.03
+
+
+@dataclass(frozen=True)
+class TrialBudget:
+    """How many trials a shape runs (`most`; `least` before it may stop) and each request's timeout."""
+    most: int
+    least: int
+    timeout_s: float
+
+    @property
+    def enough(self) -> int:
+        """Trials every timed shape runs (alternate's fewest): the checked trial is one of them."""
+        return max(min(self.least, self.most), 2)
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """The timing stage's finding: the rows, speedup and flags of a timing that checked out
+    (`timed`), a note and flags of one that timed nothing, or its failure (a kernel that cannot be
+    timed: hang, crash, a failed check)."""
+    timing: str = ""  # how (or why not) it was timed
+    flags: tuple[str, ...] = ()
+    times: tuple[dict, ...] = ()
+    speedup: float | None = None
+    configs: tuple[KernelConfig, ...] = ()
+    phases: dict = field(default_factory=dict)
+    timed: bool = False
+    failure: Failure | None = None
 
 
 class TimingRejected(Exception):
@@ -143,7 +169,7 @@ def warm_up(sides: dict[str, TimingChild], passes: int, timeout_s: float, draws:
         checked(sides[k].request(req, timeout_s), k)
 
 
-def alternate(sides: dict[str, TimingChild], n: int, passes: int, spent: dict[str, float], config: EvalConfig,
+def alternate(sides: dict[str, TimingChild], n: int, passes: int, spent: dict[str, float], budget: TrialBudget,
               draws: Draws, track: bool = False) -> dict[str, list[float]]:
     """Alternating requests of TRIAL_REPS trials each, the order flipped each round; the
     times a request reports must fit inside the engine's own clock for it. `track`: the
@@ -151,8 +177,8 @@ def alternate(sides: dict[str, TimingChild], n: int, passes: int, spent: dict[st
     the seconds of the timed regions and of the children's handling (the rest of a
     request's wall time is the round trip). `draws`: each trial's rotation, and the checked one."""
     times: dict[str, list[float]] = {"c": [], "b": []}
-    most = config.trials
-    enough = enough_trials(config)
+    most = budget.most
+    enough = budget.enough
     steady = ("c",) if track else ("c", "b")
     for r in itertools.count():
         i = len(times["c"])
@@ -162,13 +188,8 @@ def alternate(sides: dict[str, TimingChild], n: int, passes: int, spent: dict[st
         order = ("c", "b") if r % 2 == 0 else ("b", "c")
         for k in (order if not track or r == 0 else ("c",)):
             req = {"op": "trial", "k": i, "passes": passes, "reps": reps, **draws.request(k, len(times[k]), reps)}
-            times[k].extend(_one_request(sides[k], k, req, n, spent, config.timing_timeout_s))
+            times[k].extend(_one_request(sides[k], k, req, n, spent, budget.timeout_s))
     return times
-
-
-def enough_trials(config: EvalConfig) -> int:
-    """Trials every timed shape runs (alternate's fewest): the checked trial is one of them."""
-    return max(min(config.min_trials, config.trials), 2)
 
 
 def _one_request(child: TimingChild, side: str, req: dict, n: int, spent: dict[str, float],
@@ -202,57 +223,59 @@ def timed_row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> d
             "phase_ms": {"warm_up": cal["c"].get("warm_ms", 0.0), "baseline_warm_up": cal["b"].get("warm_ms", 0.0)}}
 
 
-def fill_timed(v: Verdict, plans: list[dict], rows: list[dict], marks: list[float], peaks: dict | None,
-               floor: bool) -> None:
-    """The verdict of a timing that checked out (fitness.engine.measuring): its rows, speedup, flags,
+def timed_result(plans: list[dict], rows: list[dict], marks: list[float], peaks: dict | None,
+                 floor: bool) -> TimingResult:
+    """The finding of a timing that checked out (fitness.engine.measuring): its rows, speedup, flags,
     phases (`marks`: asked for the turn, took it, gave it back) and how it was timed."""
     t0, t1, t2, t3 = marks
-    v.phases.update(timing_prepare_s=round(t1 - t0, 3), timing_wait_s=round(t2 - t1, 3),
-                    timing_exclusive_s=round(t3 - t2, 3))
+    phases: dict = {"timing_prepare_s": round(t1 - t0, 3), "timing_wait_s": round(t2 - t1, 3),
+                    "timing_exclusive_s": round(t3 - t2, 3)}
     for name in ("turn", "prepare"):
         summed: dict[str, float] = {}
         for plan in plans:
             for k, x in plan.get(f"{name}_s", {}).items():
                 summed[k] = summed.get(k, 0.0) + x
-        v.phases[name] = {k: round(x, 3) for k, x in summed.items()}
-    v.times = rows
-    v.speedup, flags = speedup_from_rows(v.times, peaks, floor=floor)
-    v.flags += flags
-    methods = sorted({r["method"] for r in v.times})
-    lo, hi = min(r["trials"] for r in v.times), max(r["trials"] for r in v.times)
-    kept = sum(r["baseline_kept"] for r in v.times)
-    v.timing = (f"median of {lo if lo == hi else f'{lo}-{hi}'} trials per shape "
-                f"(fewer once both sides are steady), the replayed kernels and the baseline "
-                f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}"
-                + (f"; the baseline's median over its last trials of this epoch's draws on {kept} of "
-                   f"{len(v.times)} shapes (it ran beside this candidate too)" if kept else "")
-                + "; one trial of the replay per shape, picked unannounced, checked on its outputs"
-                + f"; {t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
-    _note_gpu(v, plans)
-    if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY for r in v.times):
-        v.flags.append(Flag.NOISY_TIMING)
-    v.stage = "timed"
+        phases[name] = {k: round(x, 3) for k, x in summed.items()}
+    speedup, flags = speedup_from_rows(rows, peaks, floor=floor)
+    methods = sorted({r["method"] for r in rows})
+    lo, hi = min(r["trials"] for r in rows), max(r["trials"] for r in rows)
+    kept = sum(r["baseline_kept"] for r in rows)
+    timing = (f"median of {lo if lo == hi else f'{lo}-{hi}'} trials per shape "
+              f"(fewer once both sides are steady), the replayed kernels and the baseline "
+              f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}"
+              + (f"; the baseline's median over its last trials of this epoch's draws on {kept} of "
+                 f"{len(rows)} shapes (it ran beside this candidate too)" if kept else "")
+              + "; one trial of the replay per shape, picked unannounced, checked on its outputs"
+              + f"; {t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
+    gpu_note, more = _gpu_note(plans)
+    if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY for r in rows):
+        more.append(Flag.NOISY_TIMING)
+    return TimingResult(timing=timing + gpu_note, flags=(*flags, *more), times=tuple(rows), speedup=speedup,
+                        phases=phases, timed=True)
 
 
-def _note_gpu(v: Verdict, plans: list[dict]) -> None:
+def _gpu_note(plans: list[dict]) -> tuple[str, list[str]]:
     """What the verdict may claim about the GPU's other processes (fitness.engine.gpu_busy): a shape
     measured again after another process was seen at work, or the check that could not run. An
     unverified turn is not failed (no GPU machine would time anything without NVML) but claims
     less: its baseline ran beside this candidate on every shape, so whatever slowed one side met
     the other, and the flag says so."""
+    note = ""
+    flags: list[str] = []
     drifted = sum(bool(p.get("baseline_drifted")) for p in plans)
     if drifted:
-        v.timing += (f"; on {drifted} shape(s) the baseline strayed over {DRIFT:.0%} from its kept trials and was "
-                     "measured again beside this candidate")
+        note += (f"; on {drifted} shape(s) the baseline strayed over {DRIFT:.0%} from its kept trials and was "
+                 "measured again beside this candidate")
     shared = sorted({p["gpu_shared"] for p in plans if p.get("gpu_shared")})
     if shared:
-        v.timing += (f"; the run's own other processes used the GPU while it was measured ({'; '.join(shared)}): "
-                     "both sides met them, alternating")
+        note += (f"; the run's own other processes used the GPU while it was measured ({'; '.join(shared)}): "
+                 "both sides met them, alternating")
     again = [p["busy_seen"] for p in plans if p.get("busy_seen")]
     if again:
-        v.timing += f"; measured again after the GPU was busy with {'; '.join(sorted(set(again)))}"
+        note += f"; measured again after the GPU was busy with {'; '.join(sorted(set(again)))}"
     reasons = sorted({p["busy_unverified"] for p in plans if p.get("busy_unverified")})
     if reasons:
-        v.timing += (f"; {reasons[0]}: nothing shows the GPU was idle but for the two sides, so the "
-                     "baseline's kept trials were not reused")
-        v.flags.append(Flag.GPU_IDLE_UNVERIFIED)
+        note += (f"; {reasons[0]}: nothing shows the GPU was idle but for the two sides, so the "
+                 "baseline's kept trials were not reused")
+        flags.append(Flag.GPU_IDLE_UNVERIFIED)
+    return note, flags

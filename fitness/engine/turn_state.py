@@ -10,27 +10,24 @@ import contextlib
 import itertools
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from fitness.clean.timing import draws_for, n_sets_for
 from fitness.engine.baseline_child import BaselineChild, SeedBank, ShapeKey
 from fitness.engine.gpu_busy import BusyProbe
 from fitness.engine.pool import ChildProcess, WorkerPool
+from fitness.engine.settings import StageSettings
 from fitness.engine.trials import TimingChild, check_plan, checked
 from suites.lru import BytesLRU
 from suites.script import tensors_of
 from suites.task import nbytes
 
-if TYPE_CHECKING:
-    from fitness.engine.evaluator import Evaluator
-
 ORACLE_BYTES = 4 << 30  # host memory for the baseline's checked outputs (script tasks)
 
 
 class TurnState:
-    def __init__(self, ev: Evaluator, pool: WorkerPool | None, children: int | None = None):
+    def __init__(self, settings: StageSettings, pool: WorkerPool | None, children: int | None = None):
         """`pool`: the long-lived baseline children, one per place (`children`: how many, if no pool)."""
-        self.ev, self.pool = ev, pool
+        self.settings, self.pool = settings, pool
         self.lock = threading.Lock()  # the turn itself
         self.busy_s = 0.0  # time the turn was held
         self._bases = [BaselineChild(pool) for _ in range(children or (pool.size if pool else 1))]
@@ -84,7 +81,7 @@ class TurnState:
             if key in self._oracles:
                 return self._oracles.get(key)
         req = {"op": "time_oracle", "picks": picks, "rot": rot, "slot": plan["base_slot"]}
-        outs = checked(base.request(req, self.ev.config.timing_timeout_s), "b")["outputs"]
+        outs = checked(base.request(req, self.settings.timing_timeout_s), "b")["outputs"]
         with self._epoch_lock:
             self._oracles.put(key, outs)
         return outs
@@ -114,5 +111,5 @@ class TurnState:
         """Measured ceilings (copy bandwidth, bf16 matmul rate), once, in the clean baseline child."""
         if self._peak_figures is None:
             with self.lock, self._baseline() as child:
-                self._peak_figures = child.request({"op": "peaks"}, self.ev.config.timing_timeout_s)
+                self._peak_figures = child.request({"op": "peaks"}, self.settings.timing_timeout_s)
         return self._peak_figures

@@ -18,6 +18,15 @@ STAGES = ("none", "parse", "compile", "call", "correct", "timed")
 TASK_CODE_RAISED = "the task's own code raised"
 
 
+@dataclass(frozen=True)
+class Failure:
+    """Why a stage failed a candidate: the one way a stage says so (inside its result record;
+    fitness.engine.outcome.verdict_from turns it into the verdict's reason, stage and flags)."""
+    reason: str
+    stage: str  # the stage the verdict records (STAGES)
+    flags: tuple[str, ...] = ()
+
+
 @dataclass
 class Verdict:
     task: str
