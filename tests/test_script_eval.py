@@ -12,7 +12,8 @@ from fitness.engine.script_eval import ScriptReferences
 
 
 class Asks:
-    """WorkerPool.ask over the fake's request: the typed request sent as its dict, the reply read as the engine reads it."""
+    """WorkerPool.ask over the fake's request: the typed request sent as its dict, its reply read as the engine
+    reads it."""
 
     def ask(self, req, timeout_s, cancel=None):
         return Reply.from_wire(self.request(req.to_wire(), timeout_s, cancel), req.answer())

@@ -61,6 +61,9 @@ def _check(value: Any, hint: Any, name: str) -> Any:
     if hint is Any:
         return value
     if origin in (Union, types.UnionType):
+        given = [a for a in args if a is not type(None)]
+        if value is not None and len(given) == 1:  # X | None: what is wrong with it as an X
+            return _check(value, given[0], name)
         for arm in args:
             try:
                 return _check(value, arm, name)
@@ -114,6 +117,8 @@ def _kind(value: Any) -> str:
 
 
 def _name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+    if get_origin(hint) in (Union, types.UnionType):
+        return " | ".join(_name(a) for a in get_args(hint))
+    return "None" if hint is type(None) else getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
