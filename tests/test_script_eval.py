@@ -6,11 +6,20 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from fitness.common.messages import Reply
 from fitness.engine.pool import Cancelled
 from fitness.engine.script_eval import ScriptReferences
 
 
-class SlowPool:
+class Asks:
+    """WorkerPool.ask over the fake's request: the typed request sent as its dict, its reply read as the engine
+    reads it."""
+
+    def ask(self, req, timeout_s, cancel=None):
+        return Reply.from_wire(self.request(req.to_wire(), timeout_s, cancel), req.answer())
+
+
+class SlowPool(Asks):
     """Answers a reference request after `delay` seconds, counting the requests."""
 
     def __init__(self, delay: float):
@@ -42,7 +51,7 @@ def test_one_computation_per_task_and_a_stopping_caller_does_not_wait_for_it():
     assert pool.requests == 1 and not ref.error and not ref.weak and len(ref.results) == 3
 
 
-class PerfPool:
+class PerfPool(Asks):
     """A GPU worker's reference reply: a weak test, and benchmark inputs of the given sizes."""
 
     def __init__(self, sizes):
@@ -70,7 +79,7 @@ def test_benchmark_inputs_too_large_to_draw_for_every_candidate_are_not_timed():
     assert pool.perf_requests == [list(ref.timed) + list(ref.heldout_perf)]
 
 
-class GuardPool:
+class GuardPool(Asks):
     """A GPU worker's reference reply: a full test, ten benchmark inputs, and the guard-band
     check's findings (fitness.clean.guard_bands) for the inputs in `unstable`."""
 

@@ -87,9 +87,10 @@ class _CountingSide:
                          ids=["unknown", "short", "long"])
 def test_a_request_of_short_regions_runs_one_untimed_on_the_other_draw_first(region_ms, ran):
     from fitness.clean.child_timing import PreparedSides
+    from fitness.common.messages import Trial
     sides = PreparedSides()
     sides.side = _CountingSide(region_ms)
-    reply = sides.trial({"k": 0, "passes": 1, "reps": 3, "rots": [4, 5, 6]})
+    reply = sides.trial(Trial(k=0, passes=1, reps=3, rots=(4, 5, 6)))
     assert sides.side.ran == ran and len(reply["ms"]) == 3  # the untimed region's time is not reported
 
 

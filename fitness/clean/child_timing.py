@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 
 from fitness.clean.timing import TimedSide
+from fitness.common.messages import TimeCheck, TimeOpen, TimeOracle, TimeSets, Trial
 from suites.script import describe_inputs, to_wire
 
 # GPU memory a timing child keeps in prepared shapes (input sets up to 2 GiB each, fitness.clean.timing),
@@ -64,9 +65,9 @@ class PreparedSides:
             torch.cuda.empty_cache()  # timed validate's baseline children had grown to 20 GiB each
 
     # -- the timing requests (fitness.engine.measuring), answered from the prepared sides -------------
-    def open(self, req: dict) -> dict:
+    def open(self, req: TimeOpen) -> dict:
         """The measuring turn begins on a prepared slot: what it holds, or that it is gone."""
-        slot = str(req["slot"])
+        slot = str(req.slot)
         if slot not in self.sides:
             return {"missing": True}
         self.sides.move_to_end(slot)
@@ -74,21 +75,21 @@ class PreparedSides:
         return {"cal": self.side.cal, "method": self.side.method, "n_sets": len(self.side.sets),
                 "n_draws": self.side.n_draws()}
 
-    def sets(self, req: dict) -> dict:
+    def sets(self, req: TimeSets) -> dict:
         """The input sets and (graph) the captured region of a prepared slot."""
-        side = self.sides[str(req["slot"])]
-        method = side.prepare(int(req["n_sets"]), bool(req.get("graph", True)))
-        self._trim(str(req["slot"]))
+        side = self.sides[str(req.slot)]
+        method = side.prepare(req.n_sets, req.graph)
+        self._trim(str(req.slot))
         return {"method": method, "n_draws": side.n_draws()}
 
-    def trial(self, req: dict) -> dict:
+    def trial(self, req: Trial) -> dict:
         """`reps` timed trials back to back, trial j on rotation rots[j] of the draws, or on fresh
         draws of key fresh[j] (the engine's choice): one round trip for several. `check`:
         {"rep": j, "picks": sets} keeps those sets' outputs after trial j, for the time_check
         request after the turn."""
-        passes, rots = int(req.get("passes", 1)), [int(r) for r in req["rots"]]
-        fresh = req.get("fresh") or [None] * len(rots)  # a trial of fresh draws: its key
-        check = req.get("check") or {}
+        passes, rots = req.passes, list(req.rots)
+        fresh: list[int | None] = list(req.fresh or ()) or [None] * len(rots)  # a trial of fresh draws: its key
+        check = req.check
         if self.side is None:
             raise RuntimeError("a trial before the measuring turn opened a side")
         side = self.side
@@ -97,22 +98,22 @@ class PreparedSides:
             side.trial((rots[0] + 1) % max(1, side.n_draws()), passes)
         ms = []
         for j, rot in enumerate(rots):
-            picks = [int(i) for i in check["picks"]] if check and int(check["rep"]) == j else None
-            ms.append(side.trial(rot, passes, picks, None if fresh[j] is None else int(fresh[j])))
+            picks = list(check.picks) if check is not None and check.rep == j else None
+            ms.append(side.trial(rot, passes, picks, fresh[j]))
         return {"ms": ms}
 
-    def check(self, req: dict) -> dict:
+    def check(self, req: TimeCheck) -> dict:
         """The outputs the checked trial kept; `drop`: the slot is done with."""
-        slot = str(req["slot"])
+        slot = str(req.slot)
         outs = self.sides[slot].checked()
-        if req.get("drop", True):
+        if req.drop:
             del self.sides[slot]
         return {"outputs": [to_wire(o) for o in outs]}
 
-    def oracle(self, req: dict) -> dict:
+    def oracle(self, req: TimeOracle) -> dict:
         """The baseline's outputs of the picked sets on rotation `rot`: [under 0x00, under 0xFF] each."""
-        side = self.sides[str(req["slot"])]
-        runs = side.oracle(int(req["rot"]), [int(i) for i in req["picks"]])
+        side = self.sides[str(req.slot)]
+        runs = side.oracle(req.rot, list(req.picks))
         return {"outputs": [[to_wire(a), to_wire(b)] for a, b in runs], "n_draws": side.n_draws()}
 
 

@@ -27,6 +27,7 @@ import torch
 from fitness.common.compare import compare_tree, on_device
 from fitness.common.faults import is_cuda_fault
 from fitness.common.inputs import draw_inputs, poison_value
+from fitness.common.messages import Script
 from suites.script import ZeroedEmpty, describe_inputs, seed_all, to_wire
 from suites.task import Task, to_device
 
@@ -176,12 +177,12 @@ def check_case(host: tuple, usual: Any, fn: Callable[..., Any], tolerance: dict,
     return Finding(READS, f"{AROUND}, {problem}")
 
 
-def guard_reply(reply: dict, req: dict, task: Task, fn: Callable[..., Any], device: str) -> dict:
+def guard_reply(reply: dict, req: Script, task: Task, fn: Callable[..., Any], device: str) -> dict:
     """The `script` op's reply for benchmark cases, with `guard`: per case, in order, {} when
     stable, a Finding's wire form, or {"unchecked": why}. A CUDA fault ends the list there (the
     context is lost) and marks the reply fatal. `keep` false: the usual results stay here."""
     findings: list[dict] = []
-    for case, result in zip(req["cases"], reply["results"]):
+    for case, result in zip(req.cases, reply["results"]):
         try:
             host = draw_inputs(task, case, case["seed"])
             finding = check_case(host, result["tree"], fn, task.tolerance, device, case["seed"])
@@ -192,7 +193,7 @@ def guard_reply(reply: dict, req: dict, task: Task, fn: Callable[..., Any], devi
         if finding and finding.fatal:
             reply["fatal"] = True
             break
-    if not req.get("keep", True):
+    if not req.keep:
         for result in reply["results"]:
             result.pop("tree", None)
     return {**reply, "guard": findings}

@@ -22,6 +22,7 @@ import torch
 
 from fitness.common.compare import as_list, compare_outputs, compare_where_room, dtype_name, on_device_if_room
 from fitness.common.inputs import draw_inputs
+from fitness.common.messages import RefCheck, RefPrefetch, TaskSpec
 from suites.lru import BytesLRU
 from suites.task import Task, describe_variant
 
@@ -209,17 +210,18 @@ def compare_case(task: Task, outs: Any, refs: Any, expected: list | None, case: 
 class ReferenceSide:
     """A reference child's side: its cache of references and the two requests it answers."""
 
-    def __init__(self, device: str, load_task: Callable[[dict], Task], start_device: Callable[[], None]):
+    def __init__(self, device: str, load_task: Callable[[TaskSpec], Task], start_device: Callable[[], None]):
         self.device, self.load_task, self.start_device = device, load_task, start_device
         self.cache: ReferenceCache | None = None
         self._last = time.monotonic()  # when the child last started or answered a request
         self._active = 0  # requests being answered now
 
-    def ops(self) -> dict[str, Callable[[dict], dict]]:
-        return {"ref_prefetch": self._answer(self.prefetch), "ref_check": self._answer(self.check)}
+    def ops(self) -> dict[str, Callable[[Any], dict]]:
+        """The requests it answers, by op, each given its typed request (fitness.common.messages)."""
+        return {RefPrefetch.op: self._answer(self.prefetch), RefCheck.op: self._answer(self.check)}
 
-    def _answer(self, op: Callable[[dict], dict]) -> Callable[[dict], dict]:
-        def answer(req: dict) -> dict:
+    def _answer(self, op: Callable[[Any], dict]) -> Callable[[Any], dict]:
+        def answer(req: RefPrefetch | RefCheck) -> dict:
             self._active, self._last = self._active + 1, time.monotonic()
             try:
                 return op(req)
@@ -227,10 +229,10 @@ class ReferenceSide:
                 self._active, self._last = self._active - 1, time.monotonic()
         return answer
 
-    def _cache(self, req: dict) -> ReferenceCache:
+    def _cache(self, req: RefPrefetch | RefCheck) -> ReferenceCache:
         if self.cache is None:
             self.start_device()
-            self.cache = ReferenceCache(int(req["cache_bytes"]), self.device)
+            self.cache = ReferenceCache(req.cache_bytes, self.device)
             if self.device.startswith("cuda"):
                 # a hard bound of its cache and twice the working memory; the memory torch's
                 # allocator keeps beyond one working memory is given back while the child is idle
@@ -253,19 +255,19 @@ class ReferenceSide:
             if idle and torch.cuda.memory_reserved() > keep_bytes:
                 torch.cuda.empty_cache()
 
-    def prefetch(self, req: dict) -> dict:
-        self._cache(req).prefetch(self.load_task(req["task"]), req["case"])
+    def prefetch(self, req: RefPrefetch) -> dict:
+        self._cache(req).prefetch(self.load_task(req.task), req.case)
         return {}
 
-    def check(self, req: dict) -> dict:
+    def check(self, req: RefCheck) -> dict:
         """'' or what is wrong with the outputs; "ms": where the child's time went."""
         t0 = time.perf_counter()
-        task = self.load_task(req["task"])
-        refs, expected = self._cache(req).get(task, req["case"])
+        task = self.load_task(req.task)
+        refs, expected = self._cache(req).get(task, req.case)
         t1 = time.perf_counter()
-        outputs = on_device_if_room(req["outputs"], self.device)
+        outputs = on_device_if_room(req.outputs, self.device)
         t2 = time.perf_counter()
-        problem = compare_where_room(self.device, lambda o, r: compare_case(task, o, r, expected, req["case"]),
+        problem = compare_where_room(self.device, lambda o, r: compare_case(task, o, r, expected, req.case),
                                      outputs, refs, cache_limit=None)
         ms = {"reference": t1 - t0, "upload": t2 - t1, "compare": time.perf_counter() - t2}
         return {"problem": problem, "ms": {k: round(1e3 * x, 3) for k, x in ms.items()}}

@@ -16,6 +16,8 @@ import socket
 import time
 from typing import IO
 
+from fitness.common.messages import BadMessage, Ready, Request
+from fitness.common.replies import Nothing, P, Reply
 from fitness.engine.watch import WATCHDOG, Watched
 from fitness.process import protocol, reaper
 
@@ -64,29 +66,48 @@ class ChildProcess:
             raise WorkerFailure(f"the child's reaper (pid {self.pids[0]}) could not be pinned as the zygote's "
                                 "child; not used")
         self.info = self._exchange(None, STARTUP_TIMEOUT_S, "starting")
-        if isinstance(self.info.get("pid"), int):
-            self.pids.append(self.info["pid"])
-            # read now, before any of the candidate's code runs in the child
-            self.child = reaper.pin(self.pids[-1], self.reaper)
-            self.marker = reaper.marker_of(self.reaper, self.child, self.zygote.pid if self.zygote else None)
+        try:
+            ready = Ready.from_wire(self.info)
+        except BadMessage as e:  # sent before any of a candidate's code runs: the child is broken
+            self.kill()
+            raise WorkerFailure(f"the child's greeting is malformed ({e}); not used") from None
+        self.pids.append(ready.pid)
+        # read now, before any of the candidate's code runs in the child
+        self.child = reaper.pin(self.pids[-1], self.reaper)
+        self.marker = reaper.marker_of(self.reaper, self.child, self.zygote.pid if self.zygote else None)
         if self.child is None:
             self.kill()
             raise WorkerFailure("the child's process could not be pinned as its reaper's child; not used")
 
+    def ask(self, req: Request[P], timeout_s: float) -> Reply[P]:
+        """The typed form of request(): the reply's payload read as the op's (fitness.common.messages);
+        a payload of the wrong type fails like a malformed reply."""
+        reply = Reply.from_wire(self.request(req.to_wire(), timeout_s), req.answer())
+        if reply.malformed:
+            self.kill()
+            raise WorkerFailure(f"{reply.error}; child killed")
+        return reply
+
     def request(self, msg: dict, timeout_s: float) -> dict:
+        """The child's reply to `msg`, its envelope checked (a reply whose error, stage, fatal,
+        nonce or phase_ms has the wrong type kills the child: WorkerFailure)."""
         if self.dead:
             raise WorkerFailure("the child was already killed")
         # a fresh nonce per request, echoed in the reply: a frame the candidate wrote into the
         # channel itself (a forged or extra reply) cannot pass for the child's answer
         nonce = secrets.token_hex(8)
-        reply = self._exchange({**msg, "nonce": nonce}, timeout_s, msg.get("op", "request"))
-        if reply.get("nonce") != nonce:
+        raw = self._exchange({**msg, "nonce": nonce}, timeout_s, msg.get("op", "request"))
+        reply = Reply.from_wire(raw, Nothing)
+        if reply.malformed:
+            self.kill()
+            raise WorkerFailure(f"{reply.error}; child killed")
+        if reply.nonce != nonce:
             self.kill()
             raise WorkerFailure("the child's channel carried a reply to no request (written by the candidate?); "
                                 "child killed")
-        if reply.get("fatal"):
+        if reply.fatal:
             self.kill()  # a CUDA fault poisons the context: nothing more from this process
-        return reply
+        return raw
 
     def _exchange(self, msg: dict | None, timeout_s: float, what: str) -> dict:
         watched = Watched(self.pids, time.monotonic() + timeout_s, timeout_s, self.mem_limit, self.kill)

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO
 
+from fitness.common.messages import Request, Warm
+from fitness.common.replies import P, Reply
 from fitness.engine.forked_child import STARTUP_TIMEOUT_S, _tail
 from fitness.engine.forked_child import ChildProcess as ChildProcess
 from fitness.engine.forked_child import WorkerFailure as WorkerFailure
@@ -295,19 +297,25 @@ class WorkerPool:
         """A forked child with its device started, and the seconds that start took."""
         try:
             child = self.zygote.fork()
-            warmed = child.request({"op": "warm"}, STARTUP_TIMEOUT_S)
+            warmed = child.ask(Warm(), STARTUP_TIMEOUT_S)
         except WorkerFailure:
             return None, 0.0
-        if warmed.get("error"):
+        if warmed.error:
             child.close()
             return None, 0.0
-        return child, (warmed.get("phase_ms") or {}).get("device_start", 0.0) / 1e3
+        return child, warmed.phase_ms.get("device_start", 0.0) / 1e3
 
     def request(self, msg: dict, timeout_s: float, cancel: CancelCheck | None = None,
                 order: float | None = None) -> dict:
         """One request to a fresh child; raises WorkerFailure when the child failed."""
         with self.child(cancel, order) as child:
             return child.request(msg, timeout_s)
+
+    def ask(self, req: Request[P], timeout_s: float, cancel: CancelCheck | None = None,
+            order: float | None = None) -> Reply[P]:
+        """request() with a typed request and reply (fitness.common.messages)."""
+        with self.child(cancel, order) as child:
+            return child.ask(req, timeout_s)
 
     def info(self) -> dict:
         return self._info

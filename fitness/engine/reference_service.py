@@ -22,7 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from fitness.common.messages import RefCheck, RefPrefetch, Request
 from fitness.common.reference import ReferenceCache
+from fitness.common.replies import P, RefChecked, Reply
 from fitness.engine.baseline_child import BaselineChild
 from fitness.engine.pool import WorkerFailure, WorkerPool
 from suites.task import Task, nbytes
@@ -46,11 +48,12 @@ class ServiceStats:
     child_ms: dict[str, float] = field(default_factory=dict)
     sent_bytes: int = 0  # the outputs' bytes sent to the children
 
-    def add(self, wall_s: float, reply: dict, outputs: Any) -> None:
+    def add(self, wall_s: float, reply: Reply[RefChecked], outputs: Any) -> None:
         self.checks += 1
         self.sent_bytes += nbytes(outputs) if isinstance(outputs, (list, tuple)) else 0
         self.check_s += wall_s
-        for k, ms in {**(reply.get("ms") or {}), **(reply.get("phase_ms") or {})}.items():
+        steps = reply.payload.ms if reply.payload is not None else {}
+        for k, ms in {**steps, **reply.phase_ms}.items():
             self.child_ms[k] = self.child_ms.get(k, 0.0) + float(ms)
 
 
@@ -70,31 +73,32 @@ class ReferenceService:
     def prefetch(self, task: Task, case: dict) -> None:
         """The case's reference started in its child (which answers at once and computes it
         beside its comparisons); a failure here is met again by the comparison."""
-        self._ahead.submit(self._ask, task, case, {"op": "ref_prefetch"})
+        req = RefPrefetch(task=self.spec(task), case=case, cache_bytes=self.cache_bytes)
+        self._ahead.submit(self._ask, task, case, req)
 
     def check(self, task: Task, case: dict, outputs: Any) -> str | None:
         """'' or what is wrong with `outputs` (as the child sent them, on the CPU); None where no
         reference child answered (the caller compares them itself)."""
         t0 = time.monotonic()
-        reply = self._ask(task, case, {"op": "ref_check", "outputs": outputs})
-        if reply is not None and isinstance(reply.get("problem"), str):
+        req = RefCheck(outputs=outputs, task=self.spec(task), case=case, cache_bytes=self.cache_bytes)
+        reply = self._ask(task, case, req)
+        if reply is not None and reply.payload is not None:
             self.stats.add(time.monotonic() - t0, reply, outputs)
-            return reply["problem"]
+            return reply.payload.problem
         self.stats.fallbacks += 1
         return None
 
-    def _ask(self, task: Task, case: dict, msg: dict) -> dict | None:
+    def _ask(self, task: Task, case: dict, req: Request[P]) -> Reply[P] | None:
         """The case's child's reply; None where it failed to answer twice (a fresh child the
-        second time) or the reference raised there."""
+        second time: a reply of the wrong form counts as no answer) or the reference raised there."""
         holder = self._children[hash(task.case_key(case)) % len(self._children)]
-        req = {**msg, "task": self.spec(task), "case": case, "cache_bytes": self.cache_bytes}
         for _ in range(2):
             with holder.lock:
                 try:
-                    reply = holder.get().request(req, self.timeout_s)
+                    reply = holder.get().ask(req, self.timeout_s)
                 except WorkerFailure:
                     continue  # the next get() forks a fresh child
-            return None if reply.get("error") else reply
+            return None if reply.error else reply
         return None
 
     def close(self) -> None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from fitness.clean.guard_bands import Finding
 from fitness.common.compare import compare_tree_on, count_elements, is_weak
+from fitness.common.messages import Script
+from fitness.common.replies import Reply, ScriptRan
 from fitness.engine.pool import CancelCheck, Cancelled, WorkerFailure, WorkerPool
 from suites.script import GIVEN
 from suites.task import Task
@@ -124,25 +126,29 @@ class ScriptReferences:
         finally:
             lock.release()
 
-    def _run(self, task: Task, cases: list[dict], count: bool, cancel: CancelCheck | None = None,
-             **more: bool) -> dict:
-        req = {"op": "script", "reference": True, "task": self.spec(task), "cases": cases, "count": count, **more}
+    def _run(self, req: Script, cancel: CancelCheck | None = None) -> Reply[ScriptRan]:
+        """The reference child's reply; a failed one where it answered no result per case."""
         try:
-            return self.pool.request(req, 2 * self.timeout_s, cancel)
+            reply = self.pool.ask(req, 2 * self.timeout_s, cancel)
         except WorkerFailure as e:
-            return {"error": str(e)}
+            return Reply.failed(str(e))
+        if reply.payload is not None and len(reply.payload.results) != len(req.cases):  # fail closed
+            return Reply.failed(f"{len(req.cases)} cases sent, the reference's child answered "
+                                f"{len(reply.payload.results)}")
+        return reply
 
     def _compute(self, task: Task, cancel: CancelCheck | None = None) -> ScriptReference:
         tests = self.test_cases()
-        reply = self._run(task, tests, True, cancel)
-        if reply.get("error"):
-            return ScriptReference(error=f"the suite's reference fails here: {reply['error']}")
-        ref = ScriptReference(results={key(c): r for c, r in zip(tests, reply["results"])})
-        ref.weak = is_weak(reply["results"][0]["tree"])
-        if reply.get("perf_error"):
-            return ScriptReference(error=f"the suite's benchmark inputs fail here: {reply['perf_error']}")
-        ref.perf_count = reply.get("perf_count", 0)
-        sizes = reply.get("perf_bytes") or [0] * ref.perf_count
+        reply = self._run(Script(task=self.spec(task), cases=tuple(tests), count=True), cancel)
+        if reply.error or reply.payload is None:
+            return ScriptReference(error=f"the suite's reference fails here: {reply.error}")
+        ran = reply.payload
+        ref = ScriptReference(results={key(c): r for c, r in zip(tests, ran.results)})
+        ref.weak = is_weak(ran.results[0]["tree"])
+        if ran.perf_error:
+            return ScriptReference(error=f"the suite's benchmark inputs fail here: {ran.perf_error}")
+        ref.perf_count = ran.perf_count
+        sizes = list(ran.perf_bytes or ()) or [0] * ref.perf_count
         if not self.interpret:
             usable = timing_inputs(sizes)
             ref.timed = tuple(usable[j] for j in spread(len(usable), MAX_TIMED))
@@ -163,17 +169,18 @@ class ScriptReferences:
         if not checked:
             return ""
         cases = [perf_case("tuning" if i in ref.timed else "heldout", i, self.seeds[0]) for i in checked]
-        more = self._run(task, cases, False, cancel, guard=True, keep=ref.weak)
-        if more.get("error"):
+        more = self._run(Script(task=self.spec(task), cases=tuple(cases), count=False, guard=True, keep=ref.weak),
+                         cancel)
+        if more.error or more.payload is None:
             if ref.weak:
-                return f"the suite's reference fails here on the benchmark inputs: {more['error']}"
-            ref.unchecked = f"the benchmark inputs fail here: {short_reason(more['error'])}"
+                return f"the suite's reference fails here on the benchmark inputs: {more.error}"
+            ref.unchecked = f"the benchmark inputs fail here: {short_reason(more.error or '')}"
             return ""  # a failure the timing reports, as it did before this check
         if ref.weak:
-            ref.results.update({key(c): r for c, r in zip(cases, more["results"])})
-        findings = more.get("guard", [])
+            ref.results.update({key(c): r for c, r in zip(cases, more.payload.results)})
+        findings = list(more.payload.guard)
         skipped = {i: f.get("unchecked", "") for i, f in zip(checked, findings) if f.get("unchecked")}
-        if more.get("fatal"):  # the child stopped at a CUDA fault: the inputs after it were not run
+        if more.fatal:  # the child stopped at a CUDA fault: the inputs after it were not run
             skipped.update({i: "not reached after a CUDA fault" for i in checked[len(findings):]})
         if skipped:
             ref.unchecked = "; ".join(f"perf {i}: {why}" for i, why in skipped.items())

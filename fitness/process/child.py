@@ -39,6 +39,24 @@ from fitness.clean.kernel_source import kernels_from_source
 from fitness.clean.replayer import Replayer, ReplayError
 from fitness.clean.timing import CAL_DRAWS, TimedSide
 from fitness.common.inputs import TORCH_WORK_SHARE, draw_inputs
+from fitness.common.messages import (
+    BadMessage,
+    Import,
+    Peaks,
+    Ready,
+    Replay,
+    RunCase,
+    Script,
+    TaskSpec,
+    TimeCheck,
+    TimeOpen,
+    TimeOracle,
+    TimePrepare,
+    TimeSets,
+    Trial,
+    Warm,
+    parse_request,
+)
 from fitness.common.reference import ReferenceSide
 from fitness.process import protocol
 from fitness.process.child_failures import is_compile_error, is_cuda_fault, trim_trace
@@ -63,12 +81,12 @@ class Child(ScriptSide):
         self.phase_ms: dict[str, float] = {}
         self.started = False
         self.cases_run = 0
-        # what answers each request (its "op")
-        self.ops: dict[str, Callable[[dict], dict]] = {
-            "import": self.import_candidate, "case": self.case, "script": self.script, "replay": self.replay,
-            "warm": self.warm, "peaks": self.peaks, "time_prepare": self.time_prepare,
-            "time_open": self.timing.open, "time_sets": self.timing.sets, "trial": self.timing.trial,
-            "time_check": self.timing.check, "time_oracle": self.timing.oracle,
+        # what answers each request (by its op), given the typed request (fitness.common.messages)
+        self.ops: dict[str, Callable[[Any], dict]] = {
+            Import.op: self.import_candidate, RunCase.op: self.case, Script.op: self.script, Replay.op: self.replay,
+            Warm.op: self.warm, Peaks.op: self.peaks, TimePrepare.op: self.time_prepare,
+            TimeOpen.op: self.timing.open, TimeSets.op: self.timing.sets, Trial.op: self.timing.trial,
+            TimeCheck.op: self.timing.check, TimeOracle.op: self.timing.oracle,
             **ReferenceSide(self.device, self.task, self.start_device).ops()}  # a reference child's
 
     def start_device(self) -> None:
@@ -88,7 +106,7 @@ class Child(ScriptSide):
             cap_address_space(limit)  # breaks CUDA, so only on CPU; the engine watches RSS too
 
     # -- loading -------------------------------------------------------------------------
-    def task(self, spec: dict) -> Task:
+    def task(self, spec: TaskSpec) -> Task:
         key = (spec["suite"], spec["name"], spec.get("path"))
         if key not in self.tasks:
             from suites.registry import load_task
@@ -131,10 +149,10 @@ class Child(ScriptSide):
             raise CandidateError(f"candidate modified the runtime: {what} was replaced")
 
     # -- a candidate's correctness, one case per request -----------------------------------
-    def import_candidate(self, req: dict) -> dict:
-        task = self.task(req["task"])
+    def import_candidate(self, req: Import) -> dict:
+        task = self.task(req.task)
         self.start_device()
-        source = for_here(req["source"]) if task.script is not None else req["source"]
+        source = for_here(req.source) if task.script is not None else req.source
         module, failed = self._import(source)
         self.module = module
         if module is None:
@@ -146,9 +164,9 @@ class Child(ScriptSide):
             return {"stage": "parse", "error": f"module defines no callable {task.entry!r}"}
         return {"stage": "call"}
 
-    def case(self, req: dict) -> dict:
-        task = self.task(req["task"])
-        case = req["case"]
+    def case(self, req: RunCase) -> dict:
+        task = self.task(req.task)
+        case = req.case
         t0 = time.perf_counter()
         try:
             if self.module is None:
@@ -220,24 +238,25 @@ class Child(ScriptSide):
             raise CandidateError(f"torch did work outside Triton kernels: {ops}")
 
     # -- replay (a clean child: it never imports the candidate) ------------------------------
-    def replay(self, req: dict) -> dict:
-        task = self.task(req["task"])
+    def replay(self, req: Replay) -> dict:
+        task = self.task(req.task)
         self.start_device()
         kernels = None
         if self.interpret:  # interpreted kernels are Python: built from their own source alone
-            source = for_here(req["source"]) if task.script is not None else req["source"]
+            assert req.source is not None, "the engine sends the source under the interpreter"
+            source = for_here(req.source) if task.script is not None else req.source
             try:
                 kernels = kernels_from_source(source, module_name(source, "candidate"))
             except ReplayError as e:
                 return {"error": f"replay: {e}"}
         results = []
-        for item in req["items"]:
+        for item in req.items:
             t0 = time.perf_counter()
             try:
-                replayer = Replayer(item["trace"], self.device, kernels, task.inplace)
+                replayer = Replayer(item.trace, self.device, kernels, task.inplace)
                 t0 = self._tick("replay_load", t0)
                 args = tuple(to_device(a, self.device)
-                             for a in draw_inputs(task, item["case"], item["case"]["seed"], self.device))
+                             for a in draw_inputs(task, item.case, item.case["seed"], self.device))
                 t0 = self._tick("replay_inputs", t0)
                 outs = replayer.run(args)
                 if self.device == "cuda":
@@ -253,20 +272,20 @@ class Child(ScriptSide):
         return {"results": results}
 
     # -- timing (clean children: the baseline, or a replayed trace) --------------------------
-    def warm(self, req: dict) -> dict:
+    def warm(self, req: Warm) -> dict:
         """A spare child starts its device before its conversation is handed out."""
         self.start_device()
         return {"device": self.device_name(), "nice": os.nice(0)}
 
-    def time_prepare(self, req: dict) -> dict:
+    def time_prepare(self, req: TimePrepare) -> dict:
         """Everything one timed shape needs that is not measuring (CUDA start, the kernels or
         the baseline loaded, the first draws on the GPU, the rest as the input sets need them):
         the engine asks for it before the measuring turn, so it overlaps another candidate's trials."""
-        task = self.task(req["task"])
+        task = self.task(req.task)
         self.start_device()
-        if "keep_share" in req:
-            self.timing.keep_share = min(KEEP_SIDES_SHARE, float(req["keep_share"]))
-        case, seeds = req["case"], [int(s) for s in req["seeds"]]
+        if req.keep_share is not None:
+            self.timing.keep_share = min(KEEP_SIDES_SHARE, float(req.keep_share))
+        case, seeds = req.case, list(req.seeds)
         t0 = time.perf_counter()
 
         def fresh(seed: int) -> tuple:  # a trial's fresh draw: copied into its set, so no copy of its own
@@ -278,19 +297,19 @@ class Child(ScriptSide):
         torch.cuda.empty_cache()  # the draws' temporaries: a long-lived baseline child keeps only its sides
         t0 = self._tick("draws", t0)
         cost: Callable[[], list] | None = None
-        if req.get("trace") is not None:
-            replayer = Replayer(req["trace"], "cuda", inplace=task.inplace)
+        if req.trace is not None:
+            replayer = Replayer(req.trace, "cuda", inplace=task.inplace)
             self._tick("replay_load", t0)
 
             def fn(*args: Any) -> Any:
                 return replayer.run(args)
         else:
-            fn = self._baseline(task, req.get("baseline_source"))
+            fn = self._baseline(task, req.baseline_source)
 
             def cost() -> list:  # the cost model is suite code: the clean side runs it
                 return list(task.cost(case["shape"], case["dtype"]))
         side = TimedSide(fn, draws, len(seeds), draw, fresh, inplace=bool(task.inplace))
-        return self.timing.prepare(str(req["slot"]), side, cost)
+        return self.timing.prepare(str(req.slot), side, cost)
 
     def _baseline(self, task: Task, baseline_source: str | None) -> Callable[..., Any]:
         if task.script is not None:
@@ -300,17 +319,22 @@ class Child(ScriptSide):
             return getattr(self.load(baseline_source, "baseline"), task.entry)
         return task.reference
 
-    def peaks(self, req: dict) -> dict:
+    def peaks(self, req: Peaks) -> dict:
         """Measured ceilings: device-to-device copy bandwidth and bf16 matmul rate."""
         self.start_device()
         return peaks()
 
     # -------------------------------------------------------------------------------------
-    def handle(self, req: dict) -> dict:
-        op = req.get("op")
-        answer = self.ops.get(op) if isinstance(op, str) else None
-        if answer is None:
-            return {"error": f"unknown op {req.get('op')!r}"}
+    def handle(self, wire: dict) -> dict:
+        """The reply to one request as it came (a dict): an unknown op or a malformed request is
+        answered with an error, as is anything the request's code raises."""
+        try:
+            req = parse_request(wire)
+        except BadMessage as e:
+            return {"error": str(e)}
+        answer = self.ops.get(req.op)
+        if answer is None:  # a request this child's kind does not serve
+            return {"error": f"unknown op {req.op!r}"}
         try:
             return answer(req)
         except CandidateError as e:
@@ -320,20 +344,20 @@ class Child(ScriptSide):
             return {"stage": stage, "error": trim_trace(e), "fatal": is_cuda_fault(e)}
 
     def serve(self, fd: int, how: str) -> None:
-        protocol.send(fd, {"op": "ready", "pid": outer_pid(), "device": self.device_name(), "how": how})
+        protocol.send(fd, Ready(pid=outer_pid(), device=self.device_name(), how=how).to_wire())
         while True:
             try:
-                req = protocol.recv(fd)
+                wire = protocol.recv(fd)
             except EOFError:
                 return
             self.phase_ms = {}
             t0, tuned = time.perf_counter(), self.hook.tuning_s
-            reply = self.handle(req)
+            reply = self.handle(wire)
             self._tick("handle", t0)
             if self.hook.tuning_s > tuned:  # the autotuner's benchmarks, within the cases' phases
                 self.phase_ms["autotune"] = (self.hook.tuning_s - tuned) * 1e3
             phases = {k: round(v, 2) for k, v in self.phase_ms.items()}
-            protocol.send(fd, {**reply, "nonce": req.get("nonce"), "phase_ms": phases})
+            protocol.send(fd, {**reply, "nonce": wire.get("nonce"), "phase_ms": phases})
 
     def _tick(self, phase: str, t0: float) -> float:
         """Adds the ms since `t0` to `phase`; returns now (the next phase's start)."""

@@ -14,6 +14,7 @@ from fitness.candidate.harness import CandidateError, LaunchHook, TorchWorkMeter
 from fitness.candidate.recorder import Recorder
 from fitness.clean.guard_bands import guard_reply
 from fitness.common.inputs import draw_inputs
+from fitness.common.messages import Script, TaskSpec
 from fitness.process.child_failures import run_cases, trim_trace
 from suites.script import ZeroedEmpty, for_here, seed_all, tensors_of, to_wire
 from suites.task import Task
@@ -25,15 +26,15 @@ class ScriptSide:
     hook: LaunchHook
     device: str
     warmed: set
-    task: Callable[[dict], Task]
+    task: Callable[[TaskSpec], Task]
     start_device: Callable[[], None]
     _import: Callable[..., tuple[ModuleType | None, dict | None]]
     _tick: Callable[[str, float], float]
     _check_tamper: Callable[[], None]
 
-    def script(self, req: dict) -> dict:
+    def script(self, req: Script) -> dict:
         """The suite's own reference run on a list of cases, in a child that loads nothing else."""
-        task = self.task(req["task"])
+        task = self.task(req.task)
         runner = task.script
         self.start_device()
         module, failed = self._import(for_here(runner.reference_source), "reference")
@@ -42,11 +43,11 @@ class ScriptSide:
         entry = runner.reference_entry
         if not hasattr(module, entry):
             return {"stage": "parse", "error": f"module defines no {entry!r}"}
-        reply = run_cases(req["cases"], lambda case: self.run_script_case(task, module, entry, case, True),
+        reply = run_cases(list(req.cases), lambda case: self.run_script_case(task, module, entry, case, True),
                           self._tick)
-        if "error" not in reply and req.get("guard"):  # the same draws again, inside guard bands
+        if "error" not in reply and req.guard:  # the same draws again, inside guard bands
             reply = guard_reply(reply, req, task, runner.bind(module, entry), self.device)
-        if "error" not in reply and req.get("count"):
+        if "error" not in reply and req.count:
             try:
                 reply["perf_count"] = runner.perf_count
                 reply["perf_bytes"] = runner.perf_bytes()
