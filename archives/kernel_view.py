@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import re
 
-from archives.kernels import KernelSection
+from archives.kernels import KernelSection, measured_speedup, shape_text
 from fitness.common.flags import Flag
 
 TITLE = "Best kernels"
@@ -66,8 +66,8 @@ def lineage_rows(s: KernelSection) -> list[list[str]]:
 
 
 def times_rows(s: KernelSection) -> list[list[str]]:
-    return [[t.shape, t.dtype, _ms(t.candidate_ms), _ms(t.baseline_ms), _speedup(t.speedup),
-             "n/a" if t.spread is None else f"{100 * t.spread:.1f}%"] for t in s.times]
+    return [[shape_text(t.shape), t.dtype, _ms(t.candidate_ms), _ms(t.baseline_ms), _speedup(measured_speedup(t)),
+             f"{100 * t.candidate_spread:.1f}%"] for t in s.times]
 
 
 def flag_texts(s: KernelSection) -> list[str]:

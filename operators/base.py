@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from fitness.common.timing_row import TimingRow
+
 
 @dataclass
 class Parent:
@@ -18,7 +20,7 @@ class Parent:
     error: str = ""
     # what LLM prompts show; the knob operators ignore these
     stage: str = "none"
-    times: list = field(default_factory=list)  # per tuning shape: candidate/baseline ms
+    times: tuple[TimingRow, ...] = ()  # per timed tuning shape: candidate/baseline ms
     flags: list = field(default_factory=list)  # the evaluator's notes
     operator: str = ""
     note: str = ""  # the strategy (or reflection) that made it

@@ -6,6 +6,7 @@ from fitness.engine.static_gate import allowance
 from fitness.engine.verdict import Verdict, biased_aa, untimeable_start
 from suites.tritonbench import load as load_tritonbench
 from tests.suite_fixtures import write_tritonbench
+from tests.timing_rows import timing_row
 
 
 class _Engine:
@@ -52,7 +53,7 @@ def test_an_evaluation_of_the_baselines_own_code_is_known_to_be_an_a_a(builtin, 
 
 
 def _timed(speedup: float, baseline_ms: float, candidate_ms: float) -> Verdict:
-    row = {"shape": {"perf": 0}, "baseline_ms": baseline_ms, "candidate_ms": candidate_ms, "method": "eager"}
+    row = timing_row({"perf": 0}, "given", candidate_ms, baseline_ms, method="eager")
     return Verdict(task="t", stage="timed", correct=True, heldout_correct=True, speedup=speedup, times=[row])
 
 

@@ -13,8 +13,9 @@ from operators.llm_client import LLMClient, LLMConfig, request_hash
 from operators.llm_ops import PROMPTS, LLMCrossover, LLMGenerate, LLMMutate, LLMRepair
 from operators.retrieval import Retriever, corpus_from_suites
 from tests.llm_server import START, LLMServer, softmax_variant
+from tests.timing_rows import timing_row
 
-TIMES = [{"shape": {"M": 64, "N": 256}, "dtype": "float32", "candidate_ms": 0.1, "baseline_ms": 0.15}]
+TIMES = (timing_row({"M": 64, "N": 256}, "float32", 0.1, 0.15),)
 
 
 @pytest.fixture

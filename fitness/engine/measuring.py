@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from fitness.clean.timing import FRESH_MAX_SETS, MAX_SETS, draws_for, passes_for
 from fitness.common.flags import Flag
+from fitness.common.timing_row import TimingRow
 from fitness.engine.baseline_child import ShapeKey, StepClock
 from fitness.engine.gpu_busy import busy_note
 from fitness.engine.judges import fresh_seed
@@ -101,7 +102,7 @@ class MeasuringTurn(TurnState):
             v.timing += "; " + describe(v.configs, len(timed))
 
     def _turn(self, task: Task, timed: list[tuple[dict, dict]], replay: TimingChild, base_src: str | None,
-              cancel: CancelCheck | None, marks: list[float]) -> tuple[list[dict], list[dict]]:
+              cancel: CancelCheck | None, marks: list[float]) -> tuple[list[dict], list[TimingRow]]:
         """The plans and rows of every timed shape: prepared before the turn, measured inside
         it, checked after it. `marks` gets when the turn was asked for, taken and given back."""
         # outside the measuring turn: the replay child loads the kernels, draws every shape's
@@ -221,7 +222,7 @@ class MeasuringTurn(TurnState):
         checked(base.request({"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}, timeout), "b")
         return checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
 
-    def _measure(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild, first: bool) -> dict:
+    def _measure(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild, first: bool) -> TimingRow:
         """One shape, inside the measuring turn: both sides' input sets ready, then trials
         alternating between them, each bounded by the engine's clock (the turn's `first` shape
         after an untimed request of each side)."""

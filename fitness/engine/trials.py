@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from fitness.common.flags import Flag
+from fitness.common.timing_row import TimingRow
 from fitness.engine.verdict import Verdict, speedup_from_rows
 
 if TYPE_CHECKING:
@@ -188,21 +189,22 @@ def _one_request(child: TimingChild, side: str, req: dict, n: int, spent: dict[s
     return ms
 
 
-def timed_row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> dict:
+def timed_row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> TimingRow:
     """`baseline_kept`: the baseline's median is over its kept trials of the epoch (this turn's
     tracking request among them), not over trials alternating with this candidate's only."""
     bytes_, flops = cal["b"].get("cost") or (0.0, 0.0)
     case = plan["case"]
-    return {"shape": case["shape"], "dtype": case["dtype"], "candidate_ms": statistics.median(times["c"]),
-            "baseline_ms": statistics.median(times["b"]), "candidate_spread": spread(times["c"]),
-            "baseline_spread": spread(times["b"]), "method": method, "input_sets": n_sets,
-            "trials": len(times["c"]), "baseline_trials": len(times["b"]),
-            "baseline_kept": bool(plan.get("baseline_reused")), "bytes": bytes_, "flops": flops,
-            "describe": str(cal["b"].get("describe", "")),
-            "phase_ms": {"warm_up": cal["c"].get("warm_ms", 0.0), "baseline_warm_up": cal["b"].get("warm_ms", 0.0)}}
+    return TimingRow(shape=case["shape"], dtype=case["dtype"], candidate_ms=statistics.median(times["c"]),
+                     baseline_ms=statistics.median(times["b"]), candidate_spread=spread(times["c"]),
+                     baseline_spread=spread(times["b"]), method=method, input_sets=n_sets,
+                     trials=len(times["c"]), baseline_trials=len(times["b"]),
+                     baseline_kept=bool(plan.get("baseline_reused")), bytes=bytes_, flops=flops,
+                     describe=str(cal["b"].get("describe", "")),
+                     phase_ms={"warm_up": cal["c"].get("warm_ms", 0.0),
+                               "baseline_warm_up": cal["b"].get("warm_ms", 0.0)})
 
 
-def fill_timed(v: Verdict, plans: list[dict], rows: list[dict], marks: list[float], peaks: dict | None,
+def fill_timed(v: Verdict, plans: list[dict], rows: list[TimingRow], marks: list[float], peaks: dict | None,
                floor: bool) -> None:
     """The verdict of a timing that checked out (fitness.engine.measuring): its rows, speedup, flags,
     phases (`marks`: asked for the turn, took it, gave it back) and how it was timed."""
@@ -215,12 +217,11 @@ def fill_timed(v: Verdict, plans: list[dict], rows: list[dict], marks: list[floa
             for k, x in plan.get(f"{name}_s", {}).items():
                 summed[k] = summed.get(k, 0.0) + x
         v.phases[name] = {k: round(x, 3) for k, x in summed.items()}
-    v.times = rows
-    v.speedup, flags = speedup_from_rows(v.times, peaks, floor=floor)
+    v.times, v.speedup, flags = speedup_from_rows(rows, peaks, floor=floor)
     v.flags += flags
-    methods = sorted({r["method"] for r in v.times})
-    lo, hi = min(r["trials"] for r in v.times), max(r["trials"] for r in v.times)
-    kept = sum(r["baseline_kept"] for r in v.times)
+    methods = sorted({r.method for r in v.times})
+    lo, hi = min(r.trials for r in v.times), max(r.trials for r in v.times)
+    kept = sum(r.baseline_kept for r in v.times)
     v.timing = (f"median of {lo if lo == hi else f'{lo}-{hi}'} trials per shape "
                 f"(fewer once both sides are steady), the replayed kernels and the baseline "
                 f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}"
@@ -229,7 +230,7 @@ def fill_timed(v: Verdict, plans: list[dict], rows: list[dict], marks: list[floa
                 + "; one trial of the replay per shape, picked unannounced, checked on its outputs"
                 + f"; {t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
     _note_gpu(v, plans)
-    if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY for r in v.times):
+    if any(max(r.candidate_spread, r.baseline_spread) > NOISY for r in v.times):
         v.flags.append(Flag.NOISY_TIMING)
     v.stage = "timed"
 
