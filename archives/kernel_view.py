@@ -59,7 +59,8 @@ def summary_line(s: KernelSection) -> str:
 def lineage_rows(s: KernelSection) -> list[list[str]]:
     rows = []
     for i, x in enumerate(s.lineage):
-        kernel = f"#{x.id}" + (f" (+ parents {', '.join(f'#{p}' for p in x.other_parents)})" if x.other_parents else "")
+        others = x.parent_ids[1:]  # a crossover's parents beyond the one the lineage follows
+        kernel = f"#{x.id}" + (f" (+ parents {', '.join(f'#{p}' for p in others)})" if others else "")
         rows.append([str(i), kernel, x.operator, str(x.generation), "all" if x.island < 0 else str(x.island),
                      x.stage, _speedup(x.speedup), x.note])
     return rows

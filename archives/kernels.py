@@ -19,20 +19,6 @@ START = "start"  # the operator of a task's starting kernel
 
 
 @dataclass(frozen=True)
-class Step:
-    """One kernel on the way from the starting kernel to the best one."""
-
-    id: int
-    operator: str  # 'start' for the starting kernel
-    note: str  # what the operator said it did
-    stage: str  # how far its evaluation got ('none' where not evaluated)
-    speedup: float | None  # None: untimed or failed
-    generation: int
-    island: int  # -1: the starting kernel
-    other_parents: tuple[int, ...] = ()  # a crossover's parents beyond the one followed
-
-
-@dataclass(frozen=True)
 class KernelSection:
     """What the report says of one task's best kernel; `best` None: no kernel is correct on the
     tuning and held-out shapes (then the other fields are empty)."""
@@ -41,29 +27,24 @@ class KernelSection:
     best: Candidate | None
     start_id: int | None  # the task's starting kernel, the diff's left side
     diff: str  # unified diff, starting kernel -> best ('' when the best is the start, or no start)
-    lineage: tuple[Step, ...]  # starting kernel first, the best kernel last
+    lineage: tuple[Candidate, ...]  # starting kernel first, the best kernel last
     broken_at: int | None  # a parent id the lineage could not follow (not in this run); None: complete
     times: tuple[TimingRow, ...]  # the best kernel's timed tuning shapes
     flags: tuple[str, ...]
 
 
-def step(c: Candidate) -> Step:
-    return Step(id=c.id, operator=c.operator, note=c.note, stage=c.stage, speedup=c.speedup,
-                generation=c.generation, island=c.island, other_parents=tuple(c.parent_ids[1:]))
-
-
-def lineage(best: Candidate, by_id: dict[int, Candidate]) -> tuple[tuple[Step, ...], int | None]:
+def lineage(best: Candidate, by_id: dict[int, Candidate]) -> tuple[tuple[Candidate, ...], int | None]:
     """The first-parent chain from the starting kernel to `best` (start first), and the parent id
     where it broke off (None when it reached a kernel without parents, normally the start)."""
     chain, seen, here = [best], {best.id}, best
     while here.parent_ids:
         parent = here.parent_ids[0]
         if parent not in by_id or parent in seen:  # a cycle cannot be written, but guard the walk
-            return tuple(step(c) for c in reversed(chain)), parent
+            return tuple(reversed(chain)), parent
         here = by_id[parent]
         seen.add(here.id)
         chain.append(here)
-    return tuple(step(c) for c in reversed(chain)), None
+    return tuple(reversed(chain)), None
 
 
 def source_diff(old: str, new: str, old_name: str, new_name: str) -> str:
@@ -106,8 +87,15 @@ def as_json(s: KernelSection) -> dict:
     return {"task": s.task, "best": None if b is None else {"id": b.id, "operator": b.operator,
                                                            "speedup": b.speedup, "source": b.source},
             "start_id": s.start_id, "diff": s.diff, "broken_at": s.broken_at, "flags": list(s.flags),
-            "lineage": [vars(x) | {"other_parents": list(x.other_parents)} for x in s.lineage],
+            "lineage": [_step_json(c) for c in s.lineage],
             "times": [_time_json(t) for t in s.times]}
+
+
+def _step_json(c: Candidate) -> dict:
+    """A lineage step for report.json: a crossover's parents beyond the first, which it follows, as
+    `other_parents`."""
+    return {"id": c.id, "operator": c.operator, "note": c.note, "stage": c.stage, "speedup": c.speedup,
+            "generation": c.generation, "island": c.island, "other_parents": list(c.parent_ids[1:])}
 
 
 def _time_json(t: TimingRow) -> dict:
