@@ -60,8 +60,8 @@ class TimingRow:
 
 
 def rows_from_dicts(items: list[Any]) -> tuple[TimingRow, ...]:
-    """The readable rows of an evaluation's times (as parsed from the archive's JSON): a row this
-    version cannot read is left out, as the readers' `.get()` on dict rows skipped it before."""
+    """The rows of an evaluation's times as parsed from the archive's JSON; one that lacks a measured
+    field (timed_row always wrote them) is left out rather than shown with made-up times."""
     out = []
     for d in items:
         try:
