@@ -228,9 +228,9 @@ class Archive:
         v = verdict
         row = {"candidate_id": candidate_id, "stage": v.stage, "correct": int(v.correct),
                "heldout_correct": int(v.heldout_correct), "passed": int(v.passed), "speedup": v.speedup,
-               "error": "" if v.passed else v.reason, "times": json.dumps(v.times), "device": v.device,
-               "flags": json.dumps(v.flags), "verdict": json.dumps(v.to_dict()), "elapsed_s": v.elapsed_s,
-               "created": time.time()}
+               "error": "" if v.passed else v.reason, "times": json.dumps([r.to_dict() for r in v.times]),
+               "device": v.device, "flags": json.dumps(v.flags), "verdict": json.dumps(v.to_dict()),
+               "elapsed_s": v.elapsed_s, "created": time.time()}
         with self.lock, self.db.conn:
             return self._insert("evaluations", row)
 

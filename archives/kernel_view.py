@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import re
 
-from archives.kernels import KernelSection
+from archives.kernels import KernelSection, measured_speedup, shape_text
 from fitness.common.flags import Flag
 
 TITLE = "Best kernels"
@@ -59,15 +59,16 @@ def summary_line(s: KernelSection) -> str:
 def lineage_rows(s: KernelSection) -> list[list[str]]:
     rows = []
     for i, x in enumerate(s.lineage):
-        kernel = f"#{x.id}" + (f" (+ parents {', '.join(f'#{p}' for p in x.other_parents)})" if x.other_parents else "")
+        others = x.parent_ids[1:]  # a crossover's parents beyond the one the lineage follows
+        kernel = f"#{x.id}" + (f" (+ parents {', '.join(f'#{p}' for p in others)})" if others else "")
         rows.append([str(i), kernel, x.operator, str(x.generation), "all" if x.island < 0 else str(x.island),
                      x.stage, _speedup(x.speedup), x.note])
     return rows
 
 
 def times_rows(s: KernelSection) -> list[list[str]]:
-    return [[t.shape, t.dtype, _ms(t.candidate_ms), _ms(t.baseline_ms), _speedup(t.speedup),
-             "n/a" if t.spread is None else f"{100 * t.spread:.1f}%"] for t in s.times]
+    return [[shape_text(t.shape), t.dtype, _ms(t.candidate_ms), _ms(t.baseline_ms), _speedup(measured_speedup(t)),
+             f"{100 * t.candidate_spread:.1f}%"] for t in s.times]
 
 
 def flag_texts(s: KernelSection) -> list[str]:

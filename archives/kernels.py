@@ -13,39 +13,9 @@ from dataclasses import dataclass
 
 from archives import metrics
 from archives.records import Candidate
+from fitness.common.timing_row import TimingRow
 
 START = "start"  # the operator of a task's starting kernel
-
-
-@dataclass(frozen=True)
-class Step:
-    """One kernel on the way from the starting kernel to the best one."""
-
-    id: int
-    operator: str  # 'start' for the starting kernel
-    note: str  # what the operator said it did
-    stage: str  # how far its evaluation got ('none' where not evaluated)
-    speedup: float | None  # None: untimed or failed
-    generation: int
-    island: int  # -1: the starting kernel
-    other_parents: tuple[int, ...] = ()  # a crossover's parents beyond the one followed
-
-
-@dataclass(frozen=True)
-class ShapeTime:
-    """The best kernel's time on one timed tuning shape, against the baseline's."""
-
-    shape: str  # "N=1024, D=512"
-    dtype: str
-    candidate_ms: float | None
-    baseline_ms: float | None
-    spread: float | None  # the candidate's trial spread (fitness.engine.trials.spread); None where not kept
-
-    @property
-    def speedup(self) -> float | None:
-        if not self.candidate_ms or self.baseline_ms is None:
-            return None
-        return self.baseline_ms / self.candidate_ms
 
 
 @dataclass(frozen=True)
@@ -57,29 +27,24 @@ class KernelSection:
     best: Candidate | None
     start_id: int | None  # the task's starting kernel, the diff's left side
     diff: str  # unified diff, starting kernel -> best ('' when the best is the start, or no start)
-    lineage: tuple[Step, ...]  # starting kernel first, the best kernel last
+    lineage: tuple[Candidate, ...]  # starting kernel first, the best kernel last
     broken_at: int | None  # a parent id the lineage could not follow (not in this run); None: complete
-    times: tuple[ShapeTime, ...]
+    times: tuple[TimingRow, ...]  # the best kernel's timed tuning shapes
     flags: tuple[str, ...]
 
 
-def step(c: Candidate) -> Step:
-    return Step(id=c.id, operator=c.operator, note=c.note, stage=c.stage, speedup=c.speedup,
-                generation=c.generation, island=c.island, other_parents=tuple(c.parent_ids[1:]))
-
-
-def lineage(best: Candidate, by_id: dict[int, Candidate]) -> tuple[tuple[Step, ...], int | None]:
+def lineage(best: Candidate, by_id: dict[int, Candidate]) -> tuple[tuple[Candidate, ...], int | None]:
     """The first-parent chain from the starting kernel to `best` (start first), and the parent id
     where it broke off (None when it reached a kernel without parents, normally the start)."""
     chain, seen, here = [best], {best.id}, best
     while here.parent_ids:
         parent = here.parent_ids[0]
         if parent not in by_id or parent in seen:  # a cycle cannot be written, but guard the walk
-            return tuple(step(c) for c in reversed(chain)), parent
+            return tuple(reversed(chain)), parent
         here = by_id[parent]
         seen.add(here.id)
         chain.append(here)
-    return tuple(step(c) for c in reversed(chain)), None
+    return tuple(reversed(chain)), None
 
 
 def source_diff(old: str, new: str, old_name: str, new_name: str) -> str:
@@ -88,21 +53,15 @@ def source_diff(old: str, new: str, old_name: str, new_name: str) -> str:
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
-def _shape_text(shape: object) -> str:
-    if isinstance(shape, dict):
-        return ", ".join(f"{k}={v}" for k, v in shape.items())
-    return str(shape)
+def shape_text(shape: dict) -> str:
+    """A shape as the report names it: "N=1024, D=512"."""
+    return ", ".join(f"{k}={v}" for k, v in shape.items())
 
 
-def _float(v: object) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def shape_times(rows: tuple[dict, ...]) -> tuple[ShapeTime, ...]:
-    """Evaluation.times rows (fitness.engine.measuring: shape, dtype, candidate_ms, baseline_ms, spreads)."""
-    return tuple(ShapeTime(shape=_shape_text(r.get("shape", "?")), dtype=str(r.get("dtype", "?")),
-                           candidate_ms=_float(r.get("candidate_ms")), baseline_ms=_float(r.get("baseline_ms")),
-                           spread=_float(r.get("candidate_spread"))) for r in rows if isinstance(r, dict))
+def measured_speedup(row: TimingRow) -> float | None:
+    """The baseline's time over the kernel's as measured, not floored at the roofline (the row's
+    `speedup` is): what the report's times table shows beside the two times."""
+    return row.baseline_ms / row.candidate_ms if row.candidate_ms else None
 
 
 def section(task: str, rows: list[Candidate]) -> KernelSection:
@@ -114,7 +73,7 @@ def section(task: str, rows: list[Candidate]) -> KernelSection:
     chain, broken = lineage(best, {r.id: r for r in rows})
     diff = source_diff(start.source, best.source, f"start #{start.id}", f"best #{best.id}") if start else ""
     return KernelSection(task=task, best=best, start_id=start.id if start else None, diff=diff, lineage=chain,
-                         broken_at=broken, times=shape_times(best.times), flags=best.flags)
+                         broken_at=broken, times=best.times, flags=best.flags)
 
 
 def sections(rows: dict[str, list[Candidate]]) -> list[KernelSection]:
@@ -128,5 +87,18 @@ def as_json(s: KernelSection) -> dict:
     return {"task": s.task, "best": None if b is None else {"id": b.id, "operator": b.operator,
                                                            "speedup": b.speedup, "source": b.source},
             "start_id": s.start_id, "diff": s.diff, "broken_at": s.broken_at, "flags": list(s.flags),
-            "lineage": [vars(x) | {"other_parents": list(x.other_parents)} for x in s.lineage],
-            "times": [vars(t) | {"speedup": t.speedup} for t in s.times]}
+            "lineage": [_step_json(c) for c in s.lineage],
+            "times": [_time_json(t) for t in s.times]}
+
+
+def _step_json(c: Candidate) -> dict:
+    """A lineage step for report.json: a crossover's parents beyond the first, which it follows, as
+    `other_parents`."""
+    return {"id": c.id, "operator": c.operator, "note": c.note, "stage": c.stage, "speedup": c.speedup,
+            "generation": c.generation, "island": c.island, "other_parents": list(c.parent_ids[1:])}
+
+
+def _time_json(t: TimingRow) -> dict:
+    """A timed shape as report.json has given it since the report's first version."""
+    return {"shape": shape_text(t.shape), "dtype": t.dtype, "candidate_ms": t.candidate_ms,
+            "baseline_ms": t.baseline_ms, "spread": t.candidate_spread, "speedup": measured_speedup(t)}

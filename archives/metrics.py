@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from archives.records import Candidate
+from fitness.common.timing_row import TimingRow
 from fitness.engine.verdict import geomean  # noqa: F401 - the one geometric mean, used here and by the reports
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -87,7 +88,7 @@ def fast_p(tasks: list[tuple[bool, float | None]], p: float) -> float | None:
     return sum(1 for ok, s in tasks if ok and s is not None and s > p) / len(tasks)
 
 
-def sol_fraction(rows: list[dict]) -> float | None:
+def sol_fraction(rows: Sequence[TimingRow]) -> float | None:
     """Share of the speed of light reached over a kernel's timed shapes: per shape the roofline
     time (bytes / measured bandwidth or FLOPs / measured peak, whichever is larger: what the
     evaluator stores as floor_ms) over the kernel's time, i.e. max(achieved bandwidth / peak
@@ -95,21 +96,21 @@ def sol_fraction(rows: list[dict]) -> float | None:
     None when the shapes carry no roofline (no peaks measured, CPU)."""
     fractions = []
     for r in rows:
-        floor, t = r.get("floor_ms") or 0.0, r.get("candidate_ms") or 0.0
+        floor, t = r.floor_ms or 0.0, r.candidate_ms
         if floor <= 0 or t <= 0:
             return None
         fractions.append(floor / t)
     return geomean(fractions)
 
 
-def achieved(rows: list[dict]) -> dict | None:
+def achieved(rows: Sequence[TimingRow]) -> dict | None:
     """Achieved bandwidth (GB/s) and FLOP rate (TFLOP/s) of a kernel, geometric mean over its
     timed shapes; each None where the task's cost model gives no bytes or no FLOPs."""
-    if not rows or any(not r.get("candidate_ms") for r in rows):
+    if not rows or any(not r.candidate_ms for r in rows):
         return None
-    secs = [r["candidate_ms"] * 1e-3 for r in rows]
-    gbps = [r.get("bytes", 0) / s / 1e9 for r, s in zip(rows, secs)]
-    tflops = [r.get("flops", 0) / s / 1e12 for r, s in zip(rows, secs)]
+    secs = [r.candidate_ms * 1e-3 for r in rows]
+    gbps = [r.bytes / s / 1e9 for r, s in zip(rows, secs)]
+    tflops = [r.flops / s / 1e12 for r, s in zip(rows, secs)]
     return {"GBps": geomean(gbps) if all(g > 0 for g in gbps) else None,
             "TFLOPs": geomean(tflops) if all(f > 0 for f in tflops) else None}
 

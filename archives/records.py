@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Mapping
 
+from fitness.common.timing_row import TimingRow, rows_from_dicts
+
 TOOL = "triton-evolve"
 SCHEMA_VERSION = 1
 
@@ -104,7 +106,7 @@ class Evaluation:
     error: str  # '' when it passed
     device: str
     flags: tuple[str, ...] = ()
-    times: tuple[dict, ...] = ()  # per tuning shape: the candidate's and the baseline's times
+    times: tuple[TimingRow, ...] = ()  # per timed tuning shape: the candidate's and the baseline's times
     created: float | None = None
     verdict_json: str = ""  # the full verdict; '' where the query left it out
 
@@ -158,7 +160,7 @@ class Candidate:
         return self.evaluation.flags if self.evaluation else ()
 
     @property
-    def times(self) -> tuple[dict, ...]:
+    def times(self) -> tuple[TimingRow, ...]:
         return self.evaluation.times if self.evaluation else ()
 
     @property
@@ -205,7 +207,7 @@ def candidate_from_row(row: Mapping[str, Any]) -> Candidate:
             id=row["evaluation_id"], stage=row["stage"] or "none", correct=bool(row["correct"]),
             heldout_correct=bool(row["heldout_correct"]), passed=bool(row["passed"]), speedup=row["speedup"],
             error=row["error"] or "", device=row["device"] or "", flags=tuple(json_list(row["flags"])),
-            times=tuple(json_list(row["times"])), created=row["evaluated"],
+            times=rows_from_dicts(json_list(row["times"])), created=row["evaluated"],
             verdict_json=(row["verdict"] or "") if "verdict" in keys else "")
     return Candidate(id=row["id"], run_id=row["run_id"], task=row["task"], island=row["island"],
                      generation=row["generation"], source=row["source"], code_hash=row["code_hash"],

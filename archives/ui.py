@@ -63,7 +63,8 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "passed": "1: correct on tuning and held-out shapes (the bar for fitness and export)",
         "speedup": "baseline time / kernel time, geometric mean over the timed tuning shapes; null: not timed",
         "error": "why it failed ('' when it passed)", "device": "the GPU (or CPU) it ran on",
-        "times": "JSON: per timed shape, shape, dtype, candidate_ms, baseline_ms, spreads, bytes, flops",
+        "times": "JSON: per timed shape (fitness.common.timing_row.TimingRow), shape, dtype, candidate_ms, "
+        "baseline_ms, spreads, method, trials, bytes, flops, floor_ms, speedup",
         "flags": "JSON list: untimed-no-gpu, timing-failed, noisy-timing, faster-than-roofline, ...",
         "verdict": "JSON: the evaluator's full verdict (cases, timing, sandbox, phases)",
         "elapsed_s": "seconds the evaluation took", "created": _WHEN},

@@ -87,12 +87,12 @@ def summary(label: str, verdicts: list, wall: float) -> dict:
           f"(max {100 * max(noise):.2f}%) over {len(noise)} tasks", flush=True)
     for v in verdicts:
         for r in v.times:
-            if abs(r["speedup"] - 1) > 0.03:
-                print(f"[{label}]   {v.task} {r['shape']} A/A {r['speedup']:.3f}: "
-                      f"candidate {r['candidate_ms'] * 1e3:.2f} us "
-                      f"(spread {r['candidate_spread']:.3f}, {r['trials']} trials), baseline "
-                      f"{r['baseline_ms'] * 1e3:.2f} us (spread {r['baseline_spread']:.3f}, {r['baseline_trials']} "
-                      f"trials, kept {r['baseline_kept']})", flush=True)
+            if r.speedup is not None and abs(r.speedup - 1) > 0.03:
+                print(f"[{label}]   {v.task} {r.shape} A/A {r.speedup:.3f}: "
+                      f"candidate {r.candidate_ms * 1e3:.2f} us "
+                      f"(spread {r.candidate_spread:.3f}, {r.trials} trials), baseline "
+                      f"{r.baseline_ms * 1e3:.2f} us (spread {r.baseline_spread:.3f}, {r.baseline_trials} "
+                      f"trials, kept {r.baseline_kept})", flush=True)
     return {"median": median, "p90": p90, "max": max(noise),
             "tasks": {v.task: v.speedup for v in verdicts}}
 

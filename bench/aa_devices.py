@@ -63,7 +63,7 @@ def report(results: dict[tuple[str, str], list[Verdict]]) -> None:
         for u in units:
             for v in results.get((task, u), []):
                 for r in v.times:
-                    by_shape[str(r["shape"])][u].append(r["candidate_ms"])
+                    by_shape[str(r.shape)][u].append(r.candidate_ms)
         for shape, per_unit in by_shape.items():
             ms = {u: statistics.median(x) for u, x in per_unit.items()}
             spread = max(ms.values()) / min(ms.values()) - 1

@@ -20,6 +20,6 @@ order = [("start", task.start_source)] + [(n, (ROOT / "tests/exploits" / f"{n}.p
 with Evaluator(EvalConfig(workers=int(os.environ.get("WORKERS", "4")))) as ev:
     for name, src in order:
         v = ev.evaluate(task, src)
-        times = ", ".join(f"{r['shape']}: baseline {r['baseline_ms']:.4f} ms / candidate {r['candidate_ms']:.4f} ms"
+        times = ", ".join(f"{r.shape}: baseline {r.baseline_ms:.4f} ms / candidate {r.candidate_ms:.4f} ms"
                           for r in v.times)
         print(f"{name:22s} passed={v.passed} speedup={v.speedup and round(v.speedup, 3)} | {times}", flush=True)

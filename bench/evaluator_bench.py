@@ -82,7 +82,7 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
     for v in verdicts:
         _sum_phases(phases, v.phases, "")
         for row in v.times:
-            _sum_phases(phases, {k: x / 1e3 for k, x in row.get("phase_ms", {}).items()}, "timing.")
+            _sum_phases(phases, {k: x / 1e3 for k, x in row.phase_ms.items()}, "timing.")
     busy = {"measuring": ev.measuring_s - busy0["measuring"],
             "correctness": ev.pool.busy_s - busy0["correctness"],
             "clean": (ev.timer.busy_s if ev.timer else 0.0) - busy0["clean"]}
@@ -118,7 +118,7 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
     exclusive = [v.phases["timing_exclusive_s"] for v in verdicts if "timing_exclusive_s" in v.phases]
     rows = [r for v in verdicts for r in v.times]
     if exclusive:
-        kept = sum(r.get("baseline_kept", False) for r in rows)
+        kept = sum(r.baseline_kept for r in rows)
         print(f"[{label}] measuring turn per timed candidate: median {statistics.median(exclusive):.3f} s, "
               f"max {max(exclusive):.3f} s; the baseline's kept trials used on {kept} of {len(rows)} shapes; "
               f"baseline sides prepared inside the turn so far: {ev.turn.baseline_prepares} "
@@ -200,7 +200,7 @@ def main() -> None:
         aa_s = f"{a.speedup:.3f}" if a.speedup else "-"
         if a.speedup:
             noise.append(abs(a.speedup - 1))
-        methods = "/".join(sorted({r["method"] for r in v.times}))
+        methods = "/".join(sorted({r.method for r in v.times}))
         print(f"{v.task:28} {v.stage:7} {sp:>11} {aa_s:>7}  {methods or v.reason.splitlines()[0][:70]}")
     timed = [v.speedup for v in steady["verdicts"][:len(tasks)] if v.speedup]
     if timed:

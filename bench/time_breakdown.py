@@ -23,6 +23,11 @@ import sqlite3
 import statistics
 import sys
 from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fitness.common.timing_row import rows_from_dicts  # noqa: E402
 
 
 def phases(verdict: dict) -> dict[str, float]:
@@ -34,8 +39,8 @@ def phases(verdict: dict) -> dict[str, float]:
         elif isinstance(value, (int, float)):
             out[key] = value
     timing = defaultdict(float)
-    for row in verdict.get("times") or []:
-        for k, v in (row.get("phase_ms") or {}).items():
+    for row in rows_from_dicts(verdict.get("times") or []):
+        for k, v in row.phase_ms.items():
             timing[f"timing.{k}"] += v / 1e3
     return {**out, **timing}
 

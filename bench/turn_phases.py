@@ -11,6 +11,11 @@ import json
 import sqlite3
 import statistics
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fitness.common.timing_row import rows_from_dicts  # noqa: E402
 
 
 def rows(path: str) -> list[tuple[str, dict]]:
@@ -46,11 +51,11 @@ def sentinels(path: str) -> None:
     for task, speedup, verdict in db.execute("SELECT task, speedup, verdict FROM sentinels ORDER BY id"):
         v = json.loads(verdict or "{}")
         print(f"A/A sentinel {task}: {speedup}; flags {v.get('flags')}; {v.get('timing', '')}")
-        for r in v.get("times") or []:
-            print(f"    {r.get('shape')} {r.get('dtype')}: candidate {r.get('candidate_ms'):.4f} ms "
-                  f"(spread {r.get('candidate_spread'):.3f}, {r.get('trials')} trials), baseline "
-                  f"{r.get('baseline_ms'):.4f} ms (spread {r.get('baseline_spread'):.3f}, {r.get('baseline_trials')} "
-                  f"trials, kept {r.get('baseline_kept')}), {r.get('method')}, {r.get('input_sets')} sets")
+        for r in rows_from_dicts(v.get("times") or []):
+            print(f"    {r.shape} {r.dtype}: candidate {r.candidate_ms:.4f} ms "
+                  f"(spread {r.candidate_spread:.3f}, {r.trials} trials), baseline "
+                  f"{r.baseline_ms:.4f} ms (spread {r.baseline_spread:.3f}, {r.baseline_trials} "
+                  f"trials, kept {r.baseline_kept}), {r.method}, {r.input_sets} sets")
 
 
 def main(argv: list[str]) -> int:

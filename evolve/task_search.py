@@ -350,9 +350,7 @@ class TaskSearch:
             if not cur.parent_ids:
                 break
             cur = self.archive.candidate(cur.parent_ids[0])
-        return Parent(c.id, c.source, c.speedup, c.correct, c.error, stage=c.stage, times=list(c.times),
-                      flags=list(c.flags), operator=c.operator, note=c.note, reflections=reflections,
-                      repairs=len(reflections))
+        return Parent(c, tuple(reflections))
 
     def _history(self, rows: list[Candidate], island: int, gen: int) -> list[Parent]:
         """The island's correct earlier attempts (the start included), ascending by speedup."""

@@ -6,24 +6,63 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from archives.records import Candidate
+from fitness.common.timing_row import TimingRow
 
-@dataclass
+
+@dataclass(frozen=True)
 class Parent:
-    """What an operator may see of a parent: never the held-out results."""
+    """What an operator may see of an archived kernel (the record the archive returns, as a parent
+    or a history entry): its tuning results, never the held-out ones, and for repairs the
+    reflections of its lineage. A view, not a copy: every field is the candidate's."""
 
-    id: int
-    source: str
-    speedup: float | None = None  # None: correct but untimed (no GPU), or failed
-    correct: bool = False  # on the tuning shapes
-    error: str = ""
-    # what LLM prompts show; the knob operators ignore these
-    stage: str = "none"
-    times: list = field(default_factory=list)  # per tuning shape: candidate/baseline ms
-    flags: list = field(default_factory=list)  # the evaluator's notes
-    operator: str = ""
-    note: str = ""  # the strategy (or reflection) that made it
-    reflections: list = field(default_factory=list)  # of the repairs in its lineage, oldest first
-    repairs: int = 0  # consecutive repairs that led to it (itself included)
+    candidate: Candidate
+    reflections: tuple[str, ...] = ()  # of the repairs in its lineage, oldest first
+
+    @property
+    def id(self) -> int:
+        return self.candidate.id
+
+    @property
+    def source(self) -> str:
+        return self.candidate.source
+
+    @property
+    def speedup(self) -> float | None:  # None: correct but untimed (no GPU), or failed
+        return self.candidate.speedup
+
+    @property
+    def correct(self) -> bool:  # on the tuning shapes
+        return self.candidate.correct
+
+    @property
+    def error(self) -> str:
+        return self.candidate.error
+
+    @property
+    def stage(self) -> str:
+        return self.candidate.stage
+
+    @property
+    def times(self) -> tuple[TimingRow, ...]:  # per timed tuning shape
+        return self.candidate.times
+
+    @property
+    def flags(self) -> tuple[str, ...]:  # the evaluator's notes
+        return self.candidate.flags
+
+    @property
+    def operator(self) -> str:
+        return self.candidate.operator
+
+    @property
+    def note(self) -> str:  # the strategy (or reflection) that made it
+        return self.candidate.note
+
+    @property
+    def repairs(self) -> int:
+        """Consecutive repairs that led to it (itself included): one reflection each."""
+        return len(self.reflections)
 
 
 @dataclass
@@ -36,7 +75,7 @@ class Context:
     island: int = 0
     generation: int = 0
     temperature: float | None = None
-    history: list = field(default_factory=list)  # earlier attempts (Parent), sorted ascending by speedup
+    history: list[Parent] = field(default_factory=list)  # earlier attempts, sorted ascending by speedup
     reference: str = ""  # the reference's source, when it has one: what generation retrieves by
     # per timed shape (operators.shape_facts.row_key): the run's median baseline ms, which the
     # history's speedups are taken against

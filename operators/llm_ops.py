@@ -48,7 +48,7 @@ def result_line(p: Parent, baselines: dict[str, float] | None = None) -> str:
         return f"FAILED at stage {p.stage}: {trim_error(p.error).splitlines()[-1][:200]}"
     if p.speedup is None:
         return "correct, not timed (no GPU in this run)"
-    rows = [t for t in p.times if "candidate_ms" in t]
+    rows = p.times
     base = baselines or {}
     shapes = "; ".join(shape_line(t, base.get(row_key(t))) for t in rows)
     score = stable_speedup(rows, base) if base else None
@@ -60,7 +60,7 @@ def history_block(history: list[Parent], baselines: dict[str, float] | None = No
     """OPRO: the best `HISTORY` attempts, ascending by speedup (against the stable baseline where
     given), so the best sits next to the ask."""
     def score(p: Parent) -> tuple[bool, float]:
-        rows = [t for t in p.times if "candidate_ms" in t]
+        rows = p.times
         return p.correct, (stable_speedup(rows, baselines) if baselines and rows else None) or p.speedup or 0.0
 
     ranked = sorted(history, key=score)[-HISTORY:]

@@ -7,6 +7,7 @@ from archives.archive import SCHEMA_VERSION, Archive, ArchiveError
 from archives.codehash import code_hash
 from archives.records import LLM_COLUMNS, Draft
 from fitness.engine.verdict import Verdict
+from tests.timing_rows import timing_row
 
 
 def test_tables_wal_and_schema_version(tmp_path):
@@ -25,10 +26,10 @@ def test_round_trip_of_a_candidate_and_its_evaluation(tmp_path):
     cid = a.add_candidate(Draft(run, "softmax", 0, 1, "src", "h1", (7, 8), "knob_mutation", "BLOCK 128->64")).id
     assert a.candidate(cid).evaluation is None
     a.add_evaluation(cid, Verdict("softmax", stage="timed", correct=True, heldout_correct=True, speedup=1.5,
-                                  times=[{"shape": {}}], device="gpu", reason="ok"))
+                                  times=[timing_row({"N": 1})], device="gpu", reason="ok"))
     c = a.candidate(cid)
     assert c.evaluation is not None and c.evaluation.passed and c.speedup == 1.5 and c.parent_ids == (7, 8)
-    assert c.times == ({"shape": {}},) and c.evaluation.verdict()["device"] == "gpu" and c.error == ""
+    assert c.times == (timing_row({"N": 1}),) and c.evaluation.verdict()["device"] == "gpu" and c.error == ""
     assert a.evaluation_count(run, "softmax") == 1
     with pytest.raises(sqlite3.IntegrityError):  # one evaluation per candidate, ever
         a.add_evaluation(cid, Verdict("softmax"))

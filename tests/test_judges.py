@@ -13,6 +13,7 @@ from fitness.engine.static_gate import allowance
 from fitness.engine.verdict import Failure, Verdict, biased_aa, untimeable_start
 from suites.tritonbench import load as load_tritonbench
 from tests.suite_fixtures import write_tritonbench
+from tests.timing_rows import timing_row
 
 
 def function_judge(task, baseline="reference", seeds=(0, 1)) -> FunctionJudge:
@@ -80,7 +81,7 @@ def test_a_script_task_whose_reference_fails_here_plans_no_cases_but_a_failure_t
 
 
 def _timed(speedup: float, baseline_ms: float, candidate_ms: float) -> Verdict:
-    row = {"shape": {"perf": 0}, "baseline_ms": baseline_ms, "candidate_ms": candidate_ms, "method": "eager"}
+    row = timing_row({"perf": 0}, "given", candidate_ms, baseline_ms, method="eager")
     return Verdict(task="t", stage="timed", correct=True, heldout_correct=True, speedup=speedup, times=[row])
 
 

@@ -5,6 +5,7 @@ import random
 
 from operators.base import Context, Parent
 from operators.knobs import KnobCrossover, KnobMutation, apply, find_knobs
+from tests.candidates import candidate
 
 SRC = '''import triton
 import triton.language as tl
@@ -30,6 +31,11 @@ def entry(x):
     )
     return x
 '''
+
+
+def parent(cid: int, source: str) -> Parent:
+    """A kernel as the archive hands it to an operator, not evaluated yet."""
+    return Parent(candidate(cid, source))
 
 
 def test_finds_every_kind_of_knob():
@@ -62,7 +68,7 @@ def test_apply_rewrites_values_and_inserts_missing_ones():
 def test_mutation_changes_a_knob_and_nothing_else():
     rng = random.Random(3)
     for _ in range(20):
-        child = KnobMutation().propose([Parent(1, SRC)], Context("t"), rng)
+        child = KnobMutation().propose([parent(1, SRC)], Context("t"), rng)
         assert child is not None and child.source != SRC and child.operator == "knob_mutation"
         before = {k.key: k.value for k in find_knobs(SRC)}
         after = {k.key: k.value for k in find_knobs(child.source)}
@@ -72,13 +78,13 @@ def test_mutation_changes_a_knob_and_nothing_else():
 
 
 def test_mutation_is_reproducible_from_the_generator():
-    a = KnobMutation().propose([Parent(1, SRC)], Context("t"), random.Random(7))
-    b = KnobMutation().propose([Parent(1, SRC)], Context("t"), random.Random(7))
+    a = KnobMutation().propose([parent(1, SRC)], Context("t"), random.Random(7))
+    b = KnobMutation().propose([parent(1, SRC)], Context("t"), random.Random(7))
     assert a.source == b.source
 
 
 def test_no_knobs_means_no_child():
-    assert KnobMutation().propose([Parent(1, "def entry(x):\n    return x\n")], Context("t"), random.Random(0)) is None
+    assert KnobMutation().propose([parent(1, "def entry(x):\n    return x\n")], Context("t"), random.Random(0)) is None
 
 
 def test_crossover_takes_shared_knobs_from_either_parent():
@@ -86,7 +92,7 @@ def test_crossover_takes_shared_knobs_from_either_parent():
     other = apply(SRC, {knobs[("assign", "entry", "TILE")]: 1024, knobs[("config", 0, "BLOCK")]: 128})
     seen = set()
     for seed in range(30):
-        child = KnobCrossover().propose([Parent(1, SRC), Parent(2, other)], Context("t"), random.Random(seed))
+        child = KnobCrossover().propose([parent(1, SRC), parent(2, other)], Context("t"), random.Random(seed))
         if child is None:
             continue  # the coin kept every knob of the first parent
         values = {k.key: k.value for k in find_knobs(child.source)}
@@ -100,7 +106,7 @@ def test_crossover_only_crosses_knobs_of_the_same_site():
     unrelated = SRC.replace("_plain", "_other").replace("TILE", "T2").replace('"BLOCK"', '"B2"')
     unrelated = unrelated.replace("ROWS=16", "ROWS=32")
     for seed in range(10):
-        assert KnobCrossover().propose([Parent(1, SRC), Parent(2, unrelated)], Context("t"),
+        assert KnobCrossover().propose([parent(1, SRC), parent(2, unrelated)], Context("t"),
                                        random.Random(seed)) is None
 
 
@@ -136,7 +142,7 @@ def test_every_mutant_of_an_autotuned_kernel_still_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     rng, mutate, seen = random.Random(0), KnobMutation(), set()
     for i in range(20):
-        child = mutate.propose([Parent(1, AUTOTUNED)], Context("t"), rng)
+        child = mutate.propose([parent(1, AUTOTUNED)], Context("t"), rng)
         if child is None or child.source in seen:
             continue
         seen.add(child.source)

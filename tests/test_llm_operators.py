@@ -12,9 +12,11 @@ from operators.base import Context, Exhausted, Parent
 from operators.llm_client import LLMClient, LLMConfig, request_hash
 from operators.llm_ops import PROMPTS, LLMCrossover, LLMGenerate, LLMMutate, LLMRepair
 from operators.retrieval import Retriever, corpus_from_suites
+from tests.candidates import candidate
 from tests.llm_server import START, LLMServer, softmax_variant
+from tests.timing_rows import timing_row
 
-TIMES = [{"shape": {"M": 64, "N": 256}, "dtype": "float32", "candidate_ms": 0.1, "baseline_ms": 0.15}]
+TIMES = (timing_row({"M": 64, "N": 256}, "float32", 0.1, 0.15),)
 
 
 @pytest.fixture
@@ -36,9 +38,9 @@ def context(**kw):
                    temperature=0.9, **kw)
 
 
-def parent(i, speedup, marker="", **kw):
-    return Parent(i, START + f"\n# kernel {marker or i}\n", speedup, True, "", stage="timed", times=TIMES,
-                  note=f"strategy of {marker or i}", **kw)
+def parent(i, speedup, marker=""):
+    return Parent(candidate(i, START + f"\n# kernel {marker or i}\n", speedup, True, "", stage="timed", times=TIMES,
+                            note=f"strategy of {marker or i}"))
 
 
 def user_text(body):
@@ -83,9 +85,9 @@ def test_crossover_gets_both_parents(archive):
 def test_repair_gets_the_trimmed_trace_and_lineage_reflections(archive):
     trace = "Traceback (most recent call last):\n" + "".join(f"  frame {i}\n" for i in range(200)) + \
         "IndexError: index 4096 is out of bounds"
-    broken = Parent(9, START.replace("BLOCK=128", "BLOCK=100"), None, False, trace, stage="compile",
-                    operator="llm_repair", reflections=["first: the mask was wrong", "second: BLOCK not pow2"],
-                    repairs=2)
+    broken = Parent(candidate(9, START.replace("BLOCK=128", "BLOCK=100"), None, False, trace, stage="compile",
+                              operator="llm_repair"), ("first: the mask was wrong", "second: BLOCK not pow2"))
+    assert broken.repairs == 2
     with LLMServer(responder=lambda b, n: softmax_variant(n, "Reflection: BLOCK must be a power of two.")) as s:
         op = LLMRepair(client_for(s, archive), "gpu", None, max_debug=5)
         child = op.propose([broken], context(), random.Random(0))
@@ -109,8 +111,8 @@ def test_debugging_cap_turns_a_repair_into_a_fresh_generation(archive):
     with LLMServer() as s:
         client = client_for(s, archive)
         op = LLMRepair(client, "gpu", generate_op(client), max_debug=3)
-        worn = Parent(9, "broken", None, False, "Error", stage="call", operator="llm_repair", repairs=3,
-                      reflections=["a", "b", "c"])
+        worn = Parent(candidate(9, "broken", None, False, "Error", stage="call", operator="llm_repair"),
+                      ("a", "b", "c"))
         child = op.propose([worn], context(reference="def reference(x):\n    return torch.softmax(x, -1)\n"),
                            random.Random(0))
         text = user_text(s.requests[0])

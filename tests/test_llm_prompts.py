@@ -21,6 +21,7 @@ from operators.registry import LLMSetup, llm_operators
 from operators.retrieval import Retriever, corpus_from_suites
 from suites.script import describe_inputs
 from tests.llm_server import LLMServer, softmax_variant
+from tests.timing_rows import timing_row
 
 PEAKS = {"bandwidth_Bps": 3.0e12, "flops": 1.0e15}
 
@@ -28,11 +29,10 @@ PEAKS = {"bandwidth_Bps": 3.0e12, "flops": 1.0e15}
 def timed_verdict(task, source, baseline_ms):
     """Two timed shapes of a script task: one large (memory-bound, near its floor), one tiny."""
     fast = 1.0 + (len(source) % 7) / 10
-    rows = [{"shape": {"perf": 0}, "dtype": "given", "candidate_ms": 0.9 / fast, "baseline_ms": baseline_ms,
-             "bytes": 2.0e9 * 0.3 / 1e3, "flops": 0.0, "describe": "float16[4096, 4096], float32[4096] strides (2,)"},
-            {"shape": {"perf": 1}, "dtype": "given", "candidate_ms": 0.004, "baseline_ms": 0.004,
-             "bytes": 1e6, "flops": 2e6, "describe": "float16[64, 64]"}]
-    speedup, flags = speedup_from_rows(rows, PEAKS)
+    rows = [timing_row({"perf": 0}, "given", 0.9 / fast, baseline_ms, bytes=2.0e9 * 0.3 / 1e3, flops=0.0,
+                       describe="float16[4096, 4096], float32[4096] strides (2,)"),
+            timing_row({"perf": 1}, "given", 0.004, 0.004, bytes=1e6, flops=2e6, describe="float16[64, 64]")]
+    rows, speedup, flags = speedup_from_rows(rows, PEAKS)
     return Verdict(task.name, stage="timed", correct=True, heldout_correct=True, speedup=speedup, times=rows,
                    flags=flags)
 
@@ -147,7 +147,7 @@ def test_timing_rows_name_their_inputs():
     plan = {"case": {"shape": {"perf": 2}, "dtype": "given"}}
     cal = {"b": {"cost": [1e6, 0.0], "describe": text}, "c": {}}
     row = timed_row(plan, {"c": [0.5, 0.4, 0.6], "b": [1.0, 1.0, 1.1]}, "graph", 1, cal)
-    assert row["describe"] == text and row["candidate_ms"] == 0.5 and row["bytes"] == 1e6
+    assert row.describe == text and row.candidate_ms == 0.5 and row.bytes == 1e6
 
 
 def test_the_roofline_stop_and_the_stable_speedup_read_the_exports_best_kernel():
@@ -156,15 +156,13 @@ def test_the_roofline_stop_and_the_stable_speedup_read_the_exports_best_kernel()
     from operators.shape_facts import stable_speedup
 
     def kernel(i, speedup, floor_ms, heldout=True):
-        times = ({"shape": {"N": 1}, "dtype": "float32", "candidate_ms": 1.0, "baseline_ms": speedup,
-                  "floor_ms": floor_ms},) if speedup else ()
+        times = (timing_row({"N": 1}, "float32", 1.0, speedup, floor_ms=floor_ms),) if speedup else ()
         ev = Evaluation(i, "timed" if speedup else "correct", True, heldout, heldout, speedup, "", "gpu", times=times)
         return Candidate(i, 1, "t", 0, 1, f"s{i}", f"h{i}", (), "op", "", evaluation=ev)
     # the fastest passes held-out and runs at 95% of the roofline; a faster one failed held-out
     rows = [kernel(1, 1.0, 0.5), kernel(2, 2.0, 0.95), kernel(3, 3.0, 0.1, heldout=False), kernel(4, None, 0)]
     assert at_roofline(rows, 0.9) and not at_roofline(rows, 0.96)
     assert not at_roofline([kernel(4, None, 0)], 0.1)  # untimed: no roofline to be near
-    assert stable_speedup([{"shape": {"N": 1}, "dtype": "float32", "candidate_ms": 2.0, "baseline_ms": 1.0},
-                           {"shape": {"N": 2}, "dtype": "float32", "candidate_ms": 1.0, "baseline_ms": 8.0}],
+    assert stable_speedup([timing_row({"N": 1}, "float32", 2.0, 1.0), timing_row({"N": 2}, "float32", 1.0, 8.0)],
                           {"N=1|float32": 4.0}) == pytest.approx(4.0)  # sqrt(4/2 * 8/1)
     assert stable_speedup([], {}) is None

@@ -198,9 +198,11 @@ def test_entry_forms_are_asked_for_and_taken_as_they_are(tmp_path, entry, source
         client = LLMClient(LLMConfig("test-model", server.url, "k", backoff_s=0.01), archive, run)
         from operators.base import Parent
         from operators.interface import entry_phrase
+        from tests.candidates import candidate
 
         ctx = Context("t", "do it", entry, entry_form=entry_phrase(entry, source))
-        child = LLMMutate(client, "gpu").propose([Parent(1, source, correct=True)], ctx, random.Random(0))
+        start = Parent(candidate(1, source, correct=True, stage="correct"))
+        child = LLMMutate(client, "gpu").propose([start], ctx, random.Random(0))
         requests = list(server.requests)
     archive.close()
     several = "," in entry

@@ -7,6 +7,7 @@ from archives import analysis
 from archives import metrics as m
 from archives.records import Candidate, Evaluation
 from evolve.export import choose
+from tests.timing_rows import timing_row
 
 
 @pytest.mark.parametrize("n, c, k, expected", [
@@ -77,14 +78,15 @@ def test_fast_p_kernelbench_definition():
 
 
 def test_sol_fraction_and_achieved_rates():
-    rows = [{"candidate_ms": 1.0, "floor_ms": 0.5, "bytes": 2e9, "flops": 0},
-            {"candidate_ms": 2.0, "floor_ms": 0.25, "bytes": 2e9, "flops": 4e12}]
+    rows = [timing_row({"N": 1}, candidate_ms=1.0, floor_ms=0.5, bytes=2e9, flops=0),
+            timing_row({"N": 2}, candidate_ms=2.0, floor_ms=0.25, bytes=2e9, flops=4e12)]
     assert m.sol_fraction(rows) == pytest.approx(math.sqrt(0.5 * 0.125))
     a = m.achieved(rows)
     assert a["GBps"] == pytest.approx(math.sqrt(2000 * 1000)) and a["TFLOPs"] is None  # first shape has no FLOPs
-    assert m.sol_fraction([{"candidate_ms": 1.0, "floor_ms": 0.0}]) is None  # no peaks measured
+    assert m.sol_fraction([timing_row({"N": 1}, candidate_ms=1.0, floor_ms=0.0)]) is None  # no peaks measured
     # 4e9 FLOPs in 2 ms = 2e12 FLOP/s
-    assert m.achieved([{"candidate_ms": 2.0, "bytes": 0, "flops": 4e9}]) == {"GBps": None, "TFLOPs": pytest.approx(2.0)}
+    assert m.achieved([timing_row({"N": 1}, candidate_ms=2.0, bytes=0, flops=4e9)]) == \
+        {"GBps": None, "TFLOPs": pytest.approx(2.0)}
 
 
 def _row(i, island, gen, stage, correct=False, heldout=False, speedup=None, op="knob_mutation", evaluated=True):

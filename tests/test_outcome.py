@@ -1,17 +1,20 @@
 """fitness/engine/outcome.py: the verdict made, in one place, from the records the stages return
 (real records, as the stages make them; no worker runs here)."""
+from dataclasses import replace
+
 from fitness.common.flags import Flag
 from fitness.engine.correctness import CorrectnessResult, Traces
 from fitness.engine.outcome import CleanChild, Evaluation, verdict_from
 from fitness.engine.replay import ReplayResult
 from fitness.engine.trials import TimingResult
 from fitness.engine.verdict import Failure
+from tests.timing_rows import timing_row
 
 CASES = ({"split": "tuning", "shape": {"M": 4}, "dtype": "float32", "seed": 1, "ok": True, "error": ""},
          {"split": "heldout", "shape": {"M": 8}, "dtype": "float32", "seed": 2, "ok": True, "error": ""})
 RIGHT = CorrectnessResult("correct", CASES, Traces(), None, True, True, "cpu (Triton interpreter)", "bwrap; fresh",
                           {"worker_s": 0.5})
-ROW = {"shape": {"M": 4}, "dtype": "float32", "candidate_ms": 0.5, "baseline_ms": 1.0, "method": "cuda-graph"}
+ROW = timing_row({"M": 4}, candidate_ms=0.5, baseline_ms=1.0)
 TIMED = TimingResult(timing="median of 7 trials per shape", flags=(Flag.NOISY_TIMING,), times=(ROW,), speedup=2.0,
                      phases={"timing_exclusive_s": 0.1}, timed=True)
 
@@ -71,7 +74,7 @@ def test_the_clean_child_frames_both_stages_phases_and_losing_it_fails_the_candi
 
 
 def test_an_a_a_timing_far_from_parity_fails_as_biased_only_when_the_baseline_s_own_code_was_timed():
-    aa = TimingResult(timing="median", times=({**ROW, "candidate_ms": 0.1},), speedup=10.0, timed=True)
+    aa = TimingResult(timing="median", times=(replace(ROW, candidate_ms=0.1),), speedup=10.0, timed=True)
     plain = verdict_from(_evaluation(gpu=True, correctness=RIGHT, replay=ReplayResult(), timing=aa))
     assert plain.passed and plain.speedup == 10.0
     v = verdict_from(_evaluation(gpu=True, correctness=RIGHT, replay=ReplayResult(), timing=aa, aa_source="x = 1"))

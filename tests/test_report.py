@@ -16,6 +16,7 @@ from archives.records import Draft, RunStatus
 from archives.report import build
 from fitness.engine.verdict import Verdict
 from tests.conftest import CHEAP
+from tests.timing_rows import timing_row
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [sys.executable, str(ROOT / "run.py")]
@@ -26,8 +27,7 @@ def report(*args, timeout=120):
 
 
 def times(candidate_ms, floor_ms):
-    return [{"shape": {"N": 1024}, "dtype": "float32", "candidate_ms": candidate_ms, "baseline_ms": 1.0,
-             "floor_ms": floor_ms, "bytes": 1e9, "flops": 0}]
+    return [timing_row({"N": 1024}, "float32", candidate_ms, 1.0, floor_ms=floor_ms, bytes=1e9, flops=0)]
 
 
 def add(a, run, task, island, gen, stage, correct=False, heldout=False, speedup=None, op="knob_mutation",
@@ -371,10 +371,8 @@ def lineage_archive(tmp_path):
     ok = {"stage": "timed", "correct": True, "heldout_correct": True}
     s0 = put(START_SRC, (), "start", 0, -1, "the task's starting kernel", speedup=1.0, **ok)
     s1 = put(MID_SRC, (s0,), "knob_mutation", 1, 0, "BLOCK 128 -> 256", speedup=1.4, **ok)
-    rows = [{"shape": {"M": 4096, "N": 1024}, "dtype": "float16", "candidate_ms": 0.25, "baseline_ms": 0.5,
-             "candidate_spread": 0.031, "baseline_spread": 0.01, "floor_ms": 0.1},
-            {"shape": {"M": 64, "N": 8192}, "dtype": "float32", "candidate_ms": 0.1, "baseline_ms": 0.2,
-             "candidate_spread": 0.004, "baseline_spread": 0.01, "floor_ms": 0.05}]
+    rows = [timing_row({"M": 4096, "N": 1024}, "float16", 0.25, 0.5, candidate_spread=0.031, floor_ms=0.1),
+            timing_row({"M": 64, "N": 8192}, "float32", 0.1, 0.2, candidate_spread=0.004, floor_ms=0.05)]
     s2 = put(BEST_SRC, (s1, s0), "llm_crossover", 2, 1, "fused the <script>alert(1)</script> | loads",
              speedup=2.0, times=rows, flags=["noisy-timing", "<b>odd</b>"], **ok)
     fast = put(BEST_SRC + "# faster\n", (s2,), "llm_mutate", 2, 0, speedup=3.0, stage="timed", correct=True)

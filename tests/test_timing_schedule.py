@@ -135,7 +135,7 @@ def test_only_the_trials_hold_the_turn_and_the_baseline_is_prepared_once_per_epo
     first, second = StandIn(task), StandIn(task)
     assert _time(ev, task, first).stage == "timed"
     v = _time(ev, task, second)
-    assert v.stage == "timed" and v.times[0]["method"] == "cuda-graph", v.reason
+    assert v.stage == "timed" and v.times[0].method == "cuda-graph", v.reason
     # the baseline side was drawn, calibrated and captured once, for both candidates
     assert ev.base.ops().count("time_prepare") == 1 and ev.base.ops().count("time_sets") == 1
     # the second candidate knew the number of input sets: it captured before its turn began
@@ -181,7 +181,7 @@ def test_a_time_outside_the_engines_clock_is_refused(ev, builtin):
 def test_both_sides_are_timed_eagerly_when_the_replay_cannot_be_captured(ev, builtin):
     task = builtin["softmax"]
     v = _time(ev, task, StandIn(task, capture=False))
-    assert v.stage == "timed" and v.times[0]["method"] == "eager"
+    assert v.stage == "timed" and v.times[0].method == "eager"
     assert ("time_sets", f"epoch{ev.turn._epochs[next(iter(ev.turn._epochs))]['id']}") in ev.base.calls
 
 
@@ -232,7 +232,7 @@ def test_the_turn_begins_with_one_untimed_request_per_side_and_later_shapes_do_n
         v = timed_verdict(ev, task, {"a": (CASE, {"trace": "stand-in"}), "b": (wide, {"trace": "stand-in"})}, replay)
         assert v.stage == "timed", v.reason
         assert order[:2] == [("c", True), ("b", True)] and not any(warm for _, warm in order[2:])
-        assert replay.warm == [0] and len(replay.trials) == sum(r["trials"] for r in v.times)
+        assert replay.warm == [0] and len(replay.trials) == sum(r.trials for r in v.times)
         del ev.base.request  # the stand-in's own again
 
 
@@ -259,9 +259,9 @@ def test_passes_for_keeps_one_pass_while_the_sets_fit_twice_in_the_l2():
 
 def test_an_uncapturable_candidate_leaves_the_next_one_timed_on_graphs(ev, builtin):
     task = builtin["softmax"]
-    assert _time(ev, task, StandIn(task, capture=False)).times[0]["method"] == "eager"
+    assert _time(ev, task, StandIn(task, capture=False)).times[0].method == "eager"
     v = _time(ev, task, StandIn(task))
-    assert v.times[0]["method"] == "cuda-graph", v.timing
+    assert v.times[0].method == "cuda-graph", v.timing
     assert "baseline_open" in v.phases["turn"] and "trials" in v.phases["turn"]
 
 
@@ -270,10 +270,10 @@ def test_a_steady_shape_stops_after_the_fewest_trials_and_a_noisy_one_runs_them_
     with stand_in_evaluator(task, trials=21, min_trials=7) as e:
         steady = StandIn(task)
         v = _time(e, task, steady)
-        assert len(steady.trials) == 7 and v.times[0]["trials"] == 7 and "median of 7 trials" in v.timing
+        assert len(steady.trials) == 7 and v.times[0].trials == 7 and "median of 7 trials" in v.timing
         noisy = StandIn(task, ms=[0.001, 0.0013, 0.0007, 0.001, 0.0016])
         v = _time(e, task, noisy)
-        assert len(noisy.trials) == 2 * 21 and v.times[0]["trials"] == 21 and "noisy-timing" in v.flags
+        assert len(noisy.trials) == 2 * 21 and v.times[0].trials == 21 and "noisy-timing" in v.flags
 
 
 def test_a_noisy_shape_far_from_parity_stops_at_the_fewest_trials_and_is_not_timed_again(builtin):
@@ -282,11 +282,11 @@ def test_a_noisy_shape_far_from_parity_stops_at_the_fewest_trials_and_is_not_tim
         e.base = StandIn(task, ms=0.0001)  # (times the stand-ins report must fit its 2 ms per request)
         slow = StandIn(task, ms=[0.001, 0.0013, 0.0007, 0.001, 0.0016])  # a noisy swing, 10x the baseline's time
         v = _time(e, task, slow)
-        assert len(slow.trials) == 7 and v.times[0]["trials"] == 7 and "noisy-timing" in v.flags
+        assert len(slow.trials) == 7 and v.times[0].trials == 7 and "noisy-timing" in v.flags
         assert v.speedup == pytest.approx(0.1)
         near = StandIn(task, ms=[0.00012, 0.00016, 0.00009, 0.00012, 0.00019])  # as noisy, 1.2x: every trial, twice
         v = _time(e, task, near)
-        assert len(near.trials) == 2 * 21 and v.times[0]["trials"] == 21
+        assert len(near.trials) == 2 * 21 and v.times[0].trials == 21
         # 10x on the median, but one trial in five is as fast as the baseline's: a disturbance, not a verdict
         straddling = StandIn(task, ms=[0.001, 0.0011, 0.00005, 0.0009, 0.001])
         _time(e, task, straddling)
@@ -318,7 +318,7 @@ def test_the_baseline_runs_one_request_per_turn_beside_its_kept_trials_and_fully
     for _ in range(4):
         before = len(ev.base.trials)
         v = _time(ev, task, StandIn(task))
-        per_turn.append((len(ev.base.trials) - before, v.times[0]["baseline_kept"]))
+        per_turn.append((len(ev.base.trials) - before, v.times[0].baseline_kept))
     assert per_turn[0][1] is False and per_turn[3][1] is False  # the first, then every third: full
     assert per_turn[1] == (TRIAL_REPS, True) and per_turn[2] == (TRIAL_REPS, True)
     assert per_turn[0][0] == per_turn[3][0] == ev.config.trials  # (5 here) alternating with the candidate's
@@ -330,8 +330,8 @@ def test_a_baseline_that_strays_from_its_kept_trials_is_timed_fully_again(ev, bu
     ev.base.ms = 0.001 * (1 + 3 * measuring.DRIFT)  # the GPU changed under the baseline
     before = len(ev.base.trials)
     v = _time(ev, task, StandIn(task, ms=0.001 * (1 + 3 * measuring.DRIFT)))
-    assert not v.times[0]["baseline_kept"] and len(ev.base.trials) - before > TRIAL_REPS
-    assert v.times[0]["baseline_ms"] == pytest.approx(0.001 * (1 + 3 * measuring.DRIFT))
+    assert not v.times[0].baseline_kept and len(ev.base.trials) - before > TRIAL_REPS
+    assert v.times[0].baseline_ms == pytest.approx(0.001 * (1 + 3 * measuring.DRIFT))
     assert v.speedup == pytest.approx(1.0)
 
 

@@ -178,12 +178,12 @@ def test_a_replay_that_returns_the_last_trial_s_answer_is_refused(ev, builtin):
 def test_a_baseline_whose_time_drifts_from_its_kept_trials_is_measured_again(ev, builtin):
     task = builtin["softmax"]
     assert _time(ev, task, StandIn(task)).stage == "timed"
-    assert _time(ev, task, StandIn(task)).times[0]["baseline_kept"]
+    assert _time(ev, task, StandIn(task)).times[0].baseline_kept
     ev.base.ms = 0.001 * 1.5  # a neighbour slowed the GPU under the baseline
     before = len(ev.base.trials)
     v = _time(ev, task, StandIn(task))
-    assert not v.times[0]["baseline_kept"] and len(ev.base.trials) - before > TRIAL_REPS
-    assert v.times[0]["baseline_ms"] == pytest.approx(0.0015)
+    assert not v.times[0].baseline_kept and len(ev.base.trials) - before > TRIAL_REPS
+    assert v.times[0].baseline_ms == pytest.approx(0.0015)
     assert "the baseline strayed over 3% from its kept trials and was measured again" in v.timing
 
 
@@ -221,7 +221,7 @@ def test_busy_twice_the_timing_is_refused(ev, builtin):
     ev.turn.busy = _probe(_Nvml([]))
     before = len(ev.base.trials)
     after = _time(ev, task, StandIn(task))  # the busy window's baseline trials were not kept
-    assert not after.times[0]["baseline_kept"] and len(ev.base.trials) - before > TRIAL_REPS
+    assert not after.times[0].baseline_kept and len(ev.base.trials) - before > TRIAL_REPS
 
 
 def test_the_turn_s_own_children_and_idle_processes_are_not_foreign(ev, builtin):
@@ -245,7 +245,7 @@ def test_where_the_gpu_s_processes_cannot_be_read_the_verdict_says_so_and_keeps_
     for v in (first, second):
         assert v.stage == "timed" and "gpu-idle-unverified" in v.flags
         assert "could not be read (NVML: libnvidia-ml.so.1" in v.timing and "were not reused" in v.timing
-    assert not second.times[0]["baseline_kept"]
+    assert not second.times[0].baseline_kept
 
 
 def test_nvml_missing_is_a_reason_not_an_error(monkeypatch):

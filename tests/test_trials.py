@@ -3,13 +3,14 @@ of its rows (no child: the rows and plans as the measuring turn leaves them)."""
 import time
 
 from fitness.common.flags import Flag
+from fitness.common.timing_row import TimingRow
 from fitness.engine.trials import TimingResult, TrialBudget, timed_result
+from tests.timing_rows import timing_row
 
 
-def _row(trials: int, spread: float = 0.005, kept: bool = False) -> dict:
-    return {"shape": {"M": 4}, "dtype": "float32", "candidate_ms": 0.5, "baseline_ms": 1.0, "method": "cuda-graph",
-            "trials": trials, "baseline_kept": kept, "candidate_spread": spread, "baseline_spread": 0.005,
-            "bytes": 0.0, "flops": 0.0}
+def _row(trials: int, spread: float = 0.005, kept: bool = False) -> TimingRow:
+    return timing_row({"M": 4}, candidate_ms=0.5, baseline_ms=1.0, trials=trials, baseline_kept=kept,
+                      candidate_spread=spread, baseline_spread=0.005)
 
 
 def test_every_shape_runs_the_fewest_trials_asked_but_never_fewer_than_two():
@@ -24,7 +25,7 @@ def test_a_timing_that_checked_out_is_a_record_of_its_rows_speedup_phases_and_fl
     found = timed_result(plans, [_row(7, spread=0.2), _row(9, kept=True)], [now - 3, now - 2, now - 1, now], None,
                          floor=True)
     assert isinstance(found, TimingResult) and found.timed and found.failure is None
-    assert found.speedup == 2.0 and [r["speedup"] for r in found.times] == [2.0, 2.0]
+    assert found.speedup == 2.0 and [r.speedup for r in found.times] == [2.0, 2.0]
     assert found.flags == (Flag.GPU_IDLE_UNVERIFIED, Flag.NOISY_TIMING)
     assert found.timing.startswith("median of 7-9 trials per shape") and "on 1 of 2 shapes" in found.timing
     assert found.timing.endswith("no NVML: nothing shows the GPU was idle but for the two sides, so the baseline's "

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from fitness.clean.timing import FRESH_MAX_SETS, MAX_SETS, draws_for, passes_for
 from fitness.common.flags import Flag
+from fitness.common.timing_row import TimingRow
 from fitness.engine.baseline_child import ShapeKey, StepClock
 from fitness.engine.gpu_busy import busy_note
 from fitness.engine.judges import Judge, fresh_seed
@@ -98,7 +99,8 @@ class MeasuringTurn(TurnState):
         return replace(result, configs=tuple(configs), timing=how)
 
     def _turn(self, task: Task, judge: Judge, timed: list[tuple[dict, dict]], replay: TimingChild,
-              base_src: str | None, cancel: CancelCheck | None, marks: list[float]) -> tuple[list[dict], list[dict]]:
+              base_src: str | None, cancel: CancelCheck | None,
+              marks: list[float]) -> tuple[list[dict], list[TimingRow]]:
         """The plans and rows of every timed shape: prepared before the turn, measured inside
         it, checked after it. `marks` gets when the turn was asked for, taken and given back."""
         # outside the measuring turn: the replay child loads the kernels, draws every shape's
@@ -221,7 +223,7 @@ class MeasuringTurn(TurnState):
         return checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
 
     def _measure(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild, oracle_is_baseline: bool,
-                 first: bool) -> dict:
+                 first: bool) -> TimingRow:
         """One shape, inside the measuring turn: both sides' input sets ready, then trials
         alternating between them, each bounded by the engine's clock (the turn's `first` shape
         after an untimed request of each side; `oracle_is_baseline`: the judge's)."""

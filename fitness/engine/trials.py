@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from fitness.common.flags import Flag
+from fitness.common.timing_row import TimingRow
 from fitness.engine.launch_configs import KernelConfig
 from fitness.engine.verdict import Failure, speedup_from_rows
 
@@ -58,7 +59,7 @@ class TimingResult:
     timed: hang, crash, a failed check)."""
     timing: str = ""  # how (or why not) it was timed
     flags: tuple[str, ...] = ()
-    times: tuple[dict, ...] = ()
+    times: tuple[TimingRow, ...] = ()
     speedup: float | None = None
     configs: tuple[KernelConfig, ...] = ()
     phases: dict = field(default_factory=dict)
@@ -209,21 +210,22 @@ def _one_request(child: TimingChild, side: str, req: dict, n: int, spent: dict[s
     return ms
 
 
-def timed_row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> dict:
+def timed_row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> TimingRow:
     """`baseline_kept`: the baseline's median is over its kept trials of the epoch (this turn's
     tracking request among them), not over trials alternating with this candidate's only."""
     bytes_, flops = cal["b"].get("cost") or (0.0, 0.0)
     case = plan["case"]
-    return {"shape": case["shape"], "dtype": case["dtype"], "candidate_ms": statistics.median(times["c"]),
-            "baseline_ms": statistics.median(times["b"]), "candidate_spread": spread(times["c"]),
-            "baseline_spread": spread(times["b"]), "method": method, "input_sets": n_sets,
-            "trials": len(times["c"]), "baseline_trials": len(times["b"]),
-            "baseline_kept": bool(plan.get("baseline_reused")), "bytes": bytes_, "flops": flops,
-            "describe": str(cal["b"].get("describe", "")),
-            "phase_ms": {"warm_up": cal["c"].get("warm_ms", 0.0), "baseline_warm_up": cal["b"].get("warm_ms", 0.0)}}
+    return TimingRow(shape=case["shape"], dtype=case["dtype"], candidate_ms=statistics.median(times["c"]),
+                     baseline_ms=statistics.median(times["b"]), candidate_spread=spread(times["c"]),
+                     baseline_spread=spread(times["b"]), method=method, input_sets=n_sets,
+                     trials=len(times["c"]), baseline_trials=len(times["b"]),
+                     baseline_kept=bool(plan.get("baseline_reused")), bytes=bytes_, flops=flops,
+                     describe=str(cal["b"].get("describe", "")),
+                     phase_ms={"warm_up": cal["c"].get("warm_ms", 0.0),
+                               "baseline_warm_up": cal["b"].get("warm_ms", 0.0)})
 
 
-def timed_result(plans: list[dict], rows: list[dict], marks: list[float], peaks: dict | None,
+def timed_result(plans: list[dict], rows: list[TimingRow], marks: list[float], peaks: dict | None,
                  floor: bool) -> TimingResult:
     """The finding of a timing that checked out (fitness.engine.measuring): its rows, speedup, flags,
     phases (`marks`: asked for the turn, took it, gave it back) and how it was timed."""
@@ -236,10 +238,10 @@ def timed_result(plans: list[dict], rows: list[dict], marks: list[float], peaks:
             for k, x in plan.get(f"{name}_s", {}).items():
                 summed[k] = summed.get(k, 0.0) + x
         phases[name] = {k: round(x, 3) for k, x in summed.items()}
-    speedup, flags = speedup_from_rows(rows, peaks, floor=floor)
-    methods = sorted({r["method"] for r in rows})
-    lo, hi = min(r["trials"] for r in rows), max(r["trials"] for r in rows)
-    kept = sum(r["baseline_kept"] for r in rows)
+    rows, speedup, flags = speedup_from_rows(rows, peaks, floor=floor)
+    methods = sorted({r.method for r in rows})
+    lo, hi = min(r.trials for r in rows), max(r.trials for r in rows)
+    kept = sum(r.baseline_kept for r in rows)
     timing = (f"median of {lo if lo == hi else f'{lo}-{hi}'} trials per shape "
               f"(fewer once both sides are steady), the replayed kernels and the baseline "
               f"alternating in two clean processes, L2 flushed, {'/'.join(methods)}"
@@ -248,7 +250,7 @@ def timed_result(plans: list[dict], rows: list[dict], marks: list[float], peaks:
               + "; one trial of the replay per shape, picked unannounced, checked on its outputs"
               + f"; {t3 - t2:.2f} s measuring, {time.monotonic() - t0:.1f} s in all")
     gpu_note, more = _gpu_note(plans)
-    if any(max(r["candidate_spread"], r["baseline_spread"]) > NOISY for r in rows):
+    if any(max(r.candidate_spread, r.baseline_spread) > NOISY for r in rows):
         more.append(Flag.NOISY_TIMING)
     return TimingResult(timing=timing + gpu_note, flags=(*flags, *more), times=tuple(rows), speedup=speedup,
                         phases=phases, timed=True)

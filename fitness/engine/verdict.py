@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Sequence
 
 from fitness.common.flags import SUSPICIOUS_SPEEDUP as SUSPICIOUS_SPEEDUP  # re-exported
 from fitness.common.flags import Flag
+from fitness.common.timing_row import TimingRow
 from fitness.engine.launch_configs import KernelConfig
 from fitness.engine.timing_hazards import timing_hazards
 from suites.validation import short_reason
@@ -36,7 +37,7 @@ class Verdict:
     speedup: float | None = None  # geometric mean over timed shapes; None when not timed
     reason: str = ""
     flags: list[str] = field(default_factory=list)
-    times: list[dict] = field(default_factory=list)  # per timed shape: candidate/baseline/floor ms
+    times: list[TimingRow] = field(default_factory=list)  # per timed shape: candidate/baseline/floor ms
     cases: list[dict] = field(default_factory=list)  # per correctness case: split, shape, dtype, ok
     device: str = ""
     unit: str = ""  # under --cluster: the evaluation unit (host:gpu:pid) that ran it
@@ -54,6 +55,7 @@ class Verdict:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["times"] = [r.to_dict() for r in self.times]  # asdict would write floor_ms/speedup None, not leave them out
         d["passed"] = self.passed
         return d
 
@@ -71,9 +73,9 @@ def biased_aa(v: Verdict, source: str = "") -> None:
     stops as one whose starting kernel cannot be timed."""
     if v.speedup is None or abs(math.log(v.speedup)) <= math.log(AA_BIAS_LIMIT):
         return
-    slow = max(v.times, key=lambda r: abs(math.log(r["baseline_ms"] / r["candidate_ms"])), default=None)
-    where = (f" (e.g. {slow['shape']}: the baseline {slow['baseline_ms']:.3f} ms, its replayed kernels "
-             f"{slow['candidate_ms']:.3f} ms, {slow['method']})") if slow else ""
+    slow = max(v.times, key=lambda r: abs(math.log(r.baseline_ms / r.candidate_ms)), default=None)
+    where = (f" (e.g. {slow.shape}: the baseline {slow.baseline_ms:.3f} ms, its replayed kernels "
+             f"{slow.candidate_ms:.3f} ms, {slow.method})") if slow else ""
     hazards = timing_hazards(source)
     why = ("in the baseline's own code, " + "; ".join(hazards)) if hazards else \
         ("work the suite's call does besides launching its kernels (printing, host syncs, Python) counts on the "
@@ -103,24 +105,26 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def speedup_from_rows(rows: list[dict], peaks: dict | None, floor: bool = True) -> tuple[float | None, list[str]]:
-    """Geometric mean of per-shape speedups, each time floored at the roofline time (None for
-    no rows). `floor` False: the cost model is the suite's estimate, so it only flags, never clamps."""
+def speedup_from_rows(rows: list[TimingRow], peaks: dict | None,
+                      floor: bool = True) -> tuple[list[TimingRow], float | None, list[str]]:
+    """The rows with their roofline floor and speedup set, and the geometric mean of the per-shape
+    speedups, each time floored at the roofline time (None for no rows). `floor` False: the cost
+    model is the suite's estimate, so it only flags, never clamps."""
     flags = []
+    out = []
     for r in rows:
         floor_ms = 0.0
         if peaks:
-            floor_ms = 1e3 * max(r["bytes"] / peaks["bandwidth_Bps"], r["flops"] / peaks["flops"])
-        r["floor_ms"] = floor_ms
-        c, b = (max(r["candidate_ms"], floor_ms), max(r["baseline_ms"], floor_ms)) if floor else \
-            (r["candidate_ms"], r["baseline_ms"])
-        if r["candidate_ms"] < 0.5 * floor_ms:
+            floor_ms = 1e3 * max(r.bytes / peaks["bandwidth_Bps"], r.flops / peaks["flops"])
+        c, b = (max(r.candidate_ms, floor_ms), max(r.baseline_ms, floor_ms)) if floor else \
+            (r.candidate_ms, r.baseline_ms)
+        if r.candidate_ms < 0.5 * floor_ms:
             flags.append(Flag.FASTER_THAN_ROOFLINE)
-        r["speedup"] = b / c if c > 0 else float("inf")
-    speedup = geomean(r["speedup"] for r in rows)
+        out.append(replace(r, floor_ms=floor_ms, speedup=b / c if c > 0 else float("inf")))
+    speedup = geomean(r.speedup for r in out if r.speedup is not None)
     if speedup is not None and speedup > SUSPICIOUS_SPEEDUP:
         flags.append(Flag.SPEEDUP_REVIEW)
-    return speedup, sorted(set(flags))
+    return out, speedup, sorted(set(flags))
 
 
 @dataclass(frozen=True)
