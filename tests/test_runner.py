@@ -55,8 +55,8 @@ Judge = Callable[[Task, str], "Verdict | None"]
 
 class StandIn:
     """A SearchEvaluator (evolve/evaluating.py) that never runs a kernel. `judge` gives a source's
-    verdict (None: cancelled); `delay` seconds per evaluation, one that the run's stop cancels
-    before it starts returning None as the real one does."""
+    verdict (None: cancelled); `delay` seconds per evaluation. As the real one, it gives up
+    (None) on a candidate the run's stop caught before it started, and finishes one it started."""
 
     gpu = True  # it gives speedups, so the export times the winners again (`retime`)
     gpus = 1
@@ -85,9 +85,12 @@ class StandIn:
                            flags=[Flag.AA_SENTINEL], device=DEVICE, baseline="reference")
         with self.lock:
             self.asked[(task.name, source)] += 1
-        if self.delay:
-            time.sleep(self.delay)
-        verdict = None if cancel is not None and cancel() else self.judge(task, source)
+        if cancel is not None and cancel():
+            verdict = None  # the stop came while it waited for a worker: it gives up
+        else:  # sent: it runs to its end, the stop notwithstanding
+            if self.delay:
+                time.sleep(self.delay)
+            verdict = self.judge(task, source)
         with self.lock:
             self.given[(task.name, source)] = verdict
         return verdict
