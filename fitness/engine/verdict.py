@@ -4,13 +4,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from fitness.common.flags import SUSPICIOUS_SPEEDUP as SUSPICIOUS_SPEEDUP  # re-exported
 from fitness.common.flags import Flag
 from fitness.engine.launch_configs import KernelConfig
 from fitness.engine.timing_hazards import timing_hazards
 from suites.validation import short_reason
+
+if TYPE_CHECKING:  # only named: a verdict is read where torch (which the replies import) is not needed
+    from fitness.common.replies import PeakFigures
 
 # the cascade, in order; `stage` is the last one a candidate reached ("none": it failed the gate)
 STAGES = ("none", "parse", "compile", "call", "correct", "timed")
@@ -103,14 +106,15 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def speedup_from_rows(rows: list[dict], peaks: dict | None, floor: bool = True) -> tuple[float | None, list[str]]:
+def speedup_from_rows(rows: list[dict], peaks: PeakFigures | None,
+                      floor: bool = True) -> tuple[float | None, list[str]]:
     """Geometric mean of per-shape speedups, each time floored at the roofline time (None for
     no rows). `floor` False: the cost model is the suite's estimate, so it only flags, never clamps."""
     flags = []
     for r in rows:
         floor_ms = 0.0
-        if peaks:
-            floor_ms = 1e3 * max(r["bytes"] / peaks["bandwidth_Bps"], r["flops"] / peaks["flops"])
+        if peaks is not None:
+            floor_ms = 1e3 * max(r["bytes"] / peaks.bandwidth_Bps, r["flops"] / peaks.flops)
         r["floor_ms"] = floor_ms
         c, b = (max(r["candidate_ms"], floor_ms), max(r["baseline_ms"], floor_ms)) if floor else \
             (r["candidate_ms"], r["baseline_ms"])
