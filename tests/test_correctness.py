@@ -5,6 +5,7 @@ import time
 import pytest
 
 from fitness.common.flags import Flag
+from fitness.common.replies import CaseRan, Reply
 from fitness.engine.correctness import Progress, judged
 from fitness.engine.verdict import Failure
 
@@ -60,7 +61,7 @@ def _compared(*cases, wrong=()) -> list[dict]:
 
 
 def test_a_kernel_right_on_every_case_is_correct_and_its_traces_go_on():
-    run = Progress(stage="call", device="cpu", sandbox="bwrap", reply={"outputs": []})
+    run = Progress(stage="call", device="cpu", sandbox="bwrap", reply=Reply(CaseRan(outputs=())))
     found = judged(run, _compared(TUNING, HELDOUT), [TUNING, HELDOUT])
     assert (found.stage, found.correct, found.heldout_correct, found.failure) == ("correct", True, True, None)
     assert found.traces is run.traces and found.device == "cpu" and len(found.cases) == 2
@@ -73,7 +74,8 @@ def test_a_wrong_tuning_case_stops_the_cascade_with_one_failure_naming_the_case_
 
 
 def test_a_held_out_crash_that_replaced_the_child_still_goes_on_to_the_replay():
-    run = Progress(stage="call", reply={"error": "CUDA fault", "fatal": True, "stage": "call"}, failed=HELDOUT)
+    run = Progress(stage="call", reply=Reply(None, error="CUDA fault", fatal=True, stage="call"),
+                   failed=HELDOUT)
     found = judged(run, _compared(TUNING), [TUNING, HELDOUT])
     assert found.traces is run.traces and found.stage == "correct" and found.correct and not found.heldout_correct
     assert found.failure == Failure("heldout case {'M': 8} float32: CUDA fault", "correct", (Flag.WORKER_REPLACED,))
@@ -81,7 +83,7 @@ def test_a_held_out_crash_that_replaced_the_child_still_goes_on_to_the_replay():
 
 
 def test_a_candidate_that_does_not_import_fails_at_the_stage_its_child_reached():
-    run = Progress(reply={"error": "SyntaxError: invalid syntax", "stage": "parse"})
+    run = Progress(reply=Reply(None, error="SyntaxError: invalid syntax", stage="parse"))
     found = judged(run, [], [TUNING, HELDOUT])
     assert found.traces is None and found.failure == Failure("SyntaxError: invalid syntax", "parse")
     assert found.cases == ({"ok": False, "error": "SyntaxError: invalid syntax"},)

@@ -4,6 +4,7 @@ import torch
 
 from fitness.common.flags import Flag
 from fitness.common.reference import ReferenceCache, compute
+from fitness.common.replies import CaseRan
 from fitness.engine.evaluator import EvalConfig, Evaluator
 from fitness.engine.judges import FunctionJudge, ScriptJudge, judge_for
 from fitness.engine.outputs import EngineOracle
@@ -66,9 +67,9 @@ def test_a_function_judge_checks_outputs_against_the_engine_s_reference_and_name
     cases, check = function_judge(task).cases()
     case = cases[0]
     right = [r.to(getattr(torch, case["dtype"])) for r in compute(task, case)[0]]
-    assert check(case, {"outputs": right}) == ""
-    assert "outside tolerance" in check(case, {"outputs": [torch.zeros_like(o) for o in right]})
-    assert check(case, {}) == "no outputs returned"
+    assert check(case, CaseRan(outputs=tuple(right))) == ""
+    assert "outside tolerance" in check(case, CaseRan(outputs=tuple(torch.zeros_like(o) for o in right)))
+    assert check(case, CaseRan()) == "no outputs returned"
 
 
 def test_a_script_task_whose_reference_fails_here_plans_no_cases_but_a_failure_that_marks_it_invalid(tmp_path):

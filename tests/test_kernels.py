@@ -6,10 +6,11 @@ import pytest
 from archives import kernel_view, kernels
 from archives.archive import Archive
 from archives.records import Draft
+from fitness.common.replies import PeakFigures
 from fitness.engine.verdict import Verdict, speedup_from_rows
 from tests.timing_rows import timing_row
 
-PEAKS = {"bandwidth_Bps": 1.0e12, "flops": 1.0e15}
+PEAKS = PeakFigures(bandwidth_Bps=1.0e12, flops=1.0e15, l2_bytes=50 << 20, device="NVIDIA H100 80GB HBM3")
 
 
 def _archive(tmp_path) -> tuple[Archive, int, dict[str, int]]:

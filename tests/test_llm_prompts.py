@@ -13,6 +13,7 @@ import torch
 from archives.archive import Archive
 from evolve.llm_setup import saved_text
 from evolve.task_search import Halt, SearchConfig, Shared, TaskSearch
+from fitness.common.replies import PeakFigures, Prepared
 from fitness.engine.trials import timed_row
 from fitness.engine.verdict import Verdict, speedup_from_rows
 from operators.llm_client import LLMClient, LLMConfig
@@ -23,7 +24,7 @@ from suites.script import describe_inputs
 from tests.llm_server import LLMServer, softmax_variant
 from tests.timing_rows import timing_row
 
-PEAKS = {"bandwidth_Bps": 3.0e12, "flops": 1.0e15}
+PEAKS = PeakFigures(bandwidth_Bps=3.0e12, flops=1.0e15, l2_bytes=50 << 20, device="stand-in")
 
 
 def timed_verdict(task, source, baseline_ms):
@@ -145,7 +146,8 @@ def test_timing_rows_name_their_inputs():
     text = describe_inputs(args)
     assert text == "float16[8, 4], float32[8, 4] strides (1, 8), 3, [float32[2]], None"
     plan = {"case": {"shape": {"perf": 2}, "dtype": "given"}}
-    cal = {"b": {"cost": [1e6, 0.0], "describe": text}, "c": {}}
+    cal = {"b": Prepared(t_one_ms=0.01, in_bytes=64, l2_bytes=4096, cost=(1e6, 0.0), describe=text),
+           "c": Prepared(t_one_ms=0.01, in_bytes=64, l2_bytes=4096)}
     row = timed_row(plan, {"c": [0.5, 0.4, 0.6], "b": [1.0, 1.0, 1.1]}, "graph", 1, cal)
     assert row.describe == text and row.candidate_ms == 0.5 and row.bytes == 1e6
 

@@ -102,7 +102,7 @@ def test_a_candidate_child_reads_the_shared_triton_cache_and_writes_only_its_own
     p = WorkerPool(1, detect(True), True, 4 << 30, str(cache))
     try:
         with p.child() as child:
-            strict = child.info.get("how", "").startswith("own user")
+            strict = child.ready is not None and child.ready.how.startswith("own user")
             reply = child.request({"op": "import", "task": SPEC,
                                    "source": src.replace("'TE_STRICT' not in os.environ", str(not strict))}, 60)
     finally:

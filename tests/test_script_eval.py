@@ -6,17 +6,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fitness.common.messages import Reply
 from fitness.engine.pool import Cancelled
 from fitness.engine.script_eval import ScriptReferences
-
-
-class Asks:
-    """WorkerPool.ask over the fake's request: the typed request sent as its dict, its reply read as the engine
-    reads it."""
-
-    def ask(self, req, timeout_s, cancel=None):
-        return Reply.from_wire(self.request(req.to_wire(), timeout_s, cancel), req.answer())
+from tests.stand_ins import Asks
 
 
 class SlowPool(Asks):

@@ -9,6 +9,7 @@ import pytest
 
 from archives.archive import Archive
 from archives.records import Draft
+from fitness.common.replies import PeakFigures, Prepared
 from fitness.common.timing_row import TimingRow, rows_from_dicts
 from fitness.engine.correctness import CorrectnessResult
 from fitness.engine.outcome import Evaluation, verdict_from
@@ -16,11 +17,18 @@ from fitness.engine.trials import spread, timed_result, timed_row
 from fitness.engine.verdict import speedup_from_rows
 
 PEAKS = {"bandwidth_Bps": 3.0e12, "flops": 1.0e15}
+# as the engine reads them from the child that measured them
+PEAK_FIGURES = PeakFigures.from_wire({**PEAKS, "l2_bytes": 50 << 20, "device": "NVIDIA H100 80GB HBM3"})
 TIMES = {"c": [0.5, 0.4, 0.6, 0.45], "b": [1.0, 1.0, 1.1, 0.9]}
 
 
 def _cal(cost, describe="", warm=(1.5, 2)) -> dict:
     return {"c": {"warm_ms": warm[0]}, "b": {"cost": cost, "describe": describe, "warm_ms": warm[1]}}
+
+
+def _typed(cal: dict) -> dict[str, Prepared]:
+    """Each side's calibration as the engine reads it from the child's reply (fitness.common.replies)."""
+    return {k: Prepared.from_wire({"t_one_ms": 0.1, "in_bytes": 0, "l2_bytes": 0, **d}) for k, d in cal.items()}
 
 
 def _old_row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> dict:
@@ -58,7 +66,7 @@ SHAPES = [({"case": {"shape": {"M": 4096, "N": 1024}, "dtype": "float16"}, "base
 
 
 def _rows_both_ways(peaks: dict | None, floor: bool = True) -> tuple[list[TimingRow], list[dict]]:
-    rows = [timed_row(plan, TIMES, "cuda-graph", 4, cal) for plan, cal in SHAPES]
+    rows = [timed_row(plan, TIMES, "cuda-graph", 4, _typed(cal)) for plan, cal in SHAPES]
     old = [_old_row(plan, TIMES, "cuda-graph", 4, cal) for plan, cal in SHAPES]
     _old_floor(old, peaks, floor)
     return rows, old
@@ -66,7 +74,7 @@ def _rows_both_ways(peaks: dict | None, floor: bool = True) -> tuple[list[Timing
 
 def test_a_timed_row_writes_the_same_keys_in_the_same_order_as_the_dict_it_replaces():
     for plan, cal in SHAPES:
-        row, old = timed_row(plan, TIMES, "eager", 2, cal), _old_row(plan, TIMES, "eager", 2, cal)
+        row, old = timed_row(plan, TIMES, "eager", 2, _typed(cal)), _old_row(plan, TIMES, "eager", 2, cal)
         assert list(row.to_dict()) == list(old) and json.dumps(row.to_dict()) == json.dumps(old)
         assert TimingRow.from_dict(old) == row
 
@@ -75,7 +83,7 @@ def test_the_roofline_step_returns_new_rows_and_leaves_the_measured_ones_as_they
     for peaks, floor in ((PEAKS, True), (PEAKS, False), (None, True)):
         rows, old = _rows_both_ways(peaks, floor)
         measured = [r.to_dict() for r in rows]
-        floored, speedup, _ = speedup_from_rows(rows, peaks, floor=floor)
+        floored, speedup, _ = speedup_from_rows(rows, PEAK_FIGURES if peaks else None, floor=floor)
         assert [r.to_dict() for r in rows] == measured and all(r.floor_ms is None for r in rows)
         assert json.dumps([r.to_dict() for r in floored]) == json.dumps(old)
         assert speedup == pytest.approx(statistics.geometric_mean(r["speedup"] for r in old))
@@ -84,7 +92,7 @@ def test_the_roofline_step_returns_new_rows_and_leaves_the_measured_ones_as_they
 def test_a_verdicts_rows_round_trip_through_the_archive_as_the_same_json_as_the_dict_rows(tmp_path):
     rows, old = _rows_both_ways(PEAKS)
     plans = [dict(plan, turn_s={"trials": 0.25}) for plan, _ in SHAPES]
-    timing = timed_result(plans, rows, [0.0, 0.1, 0.2, 0.5], PEAKS, floor=True)
+    timing = timed_result(plans, rows, [0.0, 0.1, 0.2, 0.5], PEAK_FIGURES, floor=True)
     right = CorrectnessResult("correct", correct=True, heldout_correct=True, device="gpu")
     v = verdict_from(Evaluation("softmax", "", "", gpu=True, correctness=right, timing=timing))
     a = Archive(tmp_path / "a.db")

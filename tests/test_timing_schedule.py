@@ -17,12 +17,14 @@ from fitness.engine.measuring import TRIAL_REPS, MeasuringTurn
 from fitness.engine.outcome import Evaluation, verdict_from
 from fitness.engine.verdict import Verdict
 from suites.script import to_wire
+from tests.stand_ins import Asks
 
 CASE = {"split": "tuning", "shape": {"M": 4, "N": 8}, "dtype": "float32", "seed": 1}
 
 
-class StandIn:
-    """A timing child: `ms` per input set; `capture`: whether its region can be a CUDA graph;
+class StandIn(Asks):
+    """A timing child, asked as the engine asks (tests.stand_ins.Asks: each typed request answered
+    from its wire dict). `ms` per input set; `capture`: whether its region can be a CUDA graph;
     `stale`: its checked outputs are those of the draw its set held the trial before (a kernel
     that kept an old answer); `ms` may be a list, answered in turn (a noisy side). Its outputs
     are the task's reference of the draw each set held, (set + rotation) % draws."""
@@ -49,7 +51,7 @@ class StandIn:
         if op == "time_sets":
             side = self.sides[slot]
             side["n"], side["method"] = msg["n_sets"], "cuda-graph" if msg["graph"] and self.capture else "eager"
-            return {"method": side["method"]}
+            return {"method": side["method"], "n_draws": self.n_draws(side)}
         if op == "time_open":
             if slot not in self.sides:
                 return {"missing": True}
@@ -79,14 +81,18 @@ class StandIn:
         if op == "time_oracle":
             side = self.sides[slot]
             outs = [self.outputs(side, i, msg["rot"]) for i in msg["picks"]]
-            return {"outputs": [[o, o] for o in outs]}
+            return {"outputs": [[o, o] for o in outs], "n_draws": self.n_draws(side)}
         if op == "peaks":
-            return {"bandwidth_Bps": 3e12, "flops": 1e15}
+            return {"bandwidth_Bps": 3e12, "flops": 1e15, "l2_bytes": 4096, "device": "stand-in"}
         raise AssertionError(f"unexpected request {op}")
+
+    @staticmethod
+    def n_draws(side: dict) -> int:
+        return draws_for(side["n"], len(side["seeds"]))
 
     def outputs(self, side: dict, i: int, rot: int, key: int | None = None) -> list:
         """The reference's outputs of input set `i` in a trial of rotation `rot` (or of fresh draws `key`)."""
-        seed = side["seeds"][(i + rot) % draws_for(side["n"], len(side["seeds"]))] if key is None else \
+        seed = side["seeds"][(i + rot) % self.n_draws(side)] if key is None else \
             fresh_seed_of(key, i)
         return [to_wire(self.task.reference(*draw_inputs(self.task, {**side["case"], "seed": seed}, seed)))]
 

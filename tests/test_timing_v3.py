@@ -8,6 +8,7 @@ import torch
 
 import fitness.engine.measuring as measuring
 from fitness.clean.timing import TimedSide, assignment, draws_for, scramble_targets
+from fitness.common.messages import TrialCheck
 from fitness.engine.gpu_busy import BusyProbe, Sample, busy_note
 from fitness.engine.measuring import TRIAL_REPS, unwritten_as
 from fitness.engine.trials import Draws, check_plan
@@ -48,7 +49,7 @@ def test_the_engine_never_repeats_a_side_s_rotation_and_keeps_the_checked_one_fo
         checks.append(msg.get("check"))
     assert rots[4] == 2 and [r for i, r in enumerate(rots) if i != 4].count(2) == 0
     assert all(a != b for a, b in zip(rots, rots[1:]))
-    assert checks == [None, {"rep": 1, "picks": [0, 3]}, None]
+    assert checks == [None, TrialCheck(rep=1, picks=(0, 3)), None]
     again = d.request("c", 3, 3)  # a second round of trials (a noisy shape): not checked again
     assert "check" not in again and 2 not in again["rots"]
     assert all("check" not in Draws(n=5, check_rot=2, picks=[0], check_at=1).request("b", 0, 3) for _ in range(3))
@@ -301,8 +302,8 @@ def test_fresh_trials_are_keyed_alike_on_both_sides_and_the_checked_one_is_fresh
     from fitness.clean.timing import fresh_seed_of
     d = Draws(n=3, check_rot=1, picks=[0], check_at=2, fresh_base=1000, check_key=77)
     c, b = d.request("c", 0, 3), d.request("b", 0, 3)
-    assert c["fresh"] == [1000, 1001, 77] and b["fresh"] == [1000, 1001, 1002]
-    assert c["rots"][2] == 1 and c["check"] == {"rep": 2, "picks": [0]}
+    assert c["fresh"] == (1000, 1001, 77) and b["fresh"] == (1000, 1001, 1002)
+    assert c["rots"][2] == 1 and c["check"] == TrialCheck(rep=2, picks=(0,))
     assert len({fresh_seed_of(1000, i) for i in range(64)} | {fresh_seed_of(1001, i) for i in range(64)}) == 128
     side = TimedSide(_double, _draws(3), n_seeds=3, fresh=_fresh)
     side.prepare(2, graph=False)
@@ -325,7 +326,7 @@ def test_a_region_of_few_sets_of_a_task_drawn_on_the_gpu_gets_fresh_draws(ev, bu
     keys = [k for m in requests for k in m["fresh"]]
     assert None not in keys and len(set(keys)) == len(keys)  # the checked trial too; no key twice
     d = Draws(n=3, fresh_base=0)
-    assert d.request("c", 0, 3)["fresh"] == [0, 1, 2] and d.request("c", 0, 3)["fresh"] == [3, 4, 5]  # a 2nd round
+    assert d.request("c", 0, 3)["fresh"] == (0, 1, 2) and d.request("c", 0, 3)["fresh"] == (3, 4, 5)  # a 2nd round
 
 
 def test_a_process_the_turn_s_children_started_is_theirs_and_an_orphan_is_not():

@@ -15,10 +15,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from fitness.common.flags import Flag
+from fitness.common.messages import Import, RunCase
+from fitness.common.replies import CaseRan, Reply
 from fitness.engine.judges import Check, Judge
 from fitness.engine.pool import CancelCheck, WorkerFailure, WorkerPool
 from fitness.engine.settings import StageSettings
@@ -33,9 +36,9 @@ from suites.task import Task
 _CHECKS = ThreadPoolExecutor(16, thread_name_prefix="output-checks")
 
 
-def _timed_check(check: Callable[[dict, dict], str], case: dict, reply: dict) -> tuple[str, float]:
+def _timed_check(check: Callable[[dict, CaseRan], str], case: dict, ran: CaseRan) -> tuple[str, float]:
     t = time.monotonic()
-    return check(case, reply), time.monotonic() - t
+    return check(case, ran), time.monotonic() - t
 
 
 def _collect(pending: list[tuple[dict, Future]]) -> tuple[list[dict], float]:
@@ -58,16 +61,16 @@ class Traces(dict):
         self.calls: list[tuple[dict, dict]] = []
 
 
-def trace_problem(reply: dict) -> str:
+def trace_problem(ran: CaseRan) -> str:
     """'' or why a call's trace cannot stand for the call: missing, or naming other outputs than
     the call returned (their count, shapes, dtypes)."""
-    trace, outs = reply.get("trace"), reply.get("outputs")
-    if not isinstance(trace, dict):
+    trace, outs = ran.trace, ran.outputs
+    if trace is None:
         return "the call came back without a trace of what it launched: it cannot be replayed"
     recorded = trace.get("outputs")
-    if not isinstance(recorded, list) or not isinstance(outs, list) or len(recorded) != len(outs):
+    if not isinstance(recorded, list) or outs is None or len(recorded) != len(outs):
         return (f"the call's trace records {len(recorded) if isinstance(recorded, list) else 'no'} outputs, "
-                f"the call returned {len(outs) if isinstance(outs, list) else 'none'}")
+                f"the call returned {len(outs) if outs is not None else 'none'}")
     for i, (r, o) in enumerate(zip(recorded, outs)):
         ref = r.get("__t__") if isinstance(r, dict) else None
         if not isinstance(ref, dict) or not isinstance(o, torch.Tensor) or ref.get("size") != list(o.shape) \
@@ -81,8 +84,8 @@ def trace_key(case: dict) -> tuple:
     return case["split"], repr(sorted(case["shape"].items())), case["dtype"]
 
 
-def add_phases(total: dict, more: dict | None) -> None:
-    for k, ms in (more or {}).items():
+def add_phases(total: dict, more: dict[str, float]) -> None:
+    for k, ms in more.items():
         total[k] = round(total.get(k, 0.0) + ms, 2)
 
 
@@ -110,7 +113,7 @@ class Progress:
     device: str = ""
     sandbox: str = ""
     phases: dict = field(default_factory=dict)
-    reply: dict = field(default_factory=dict)  # the child's last reply
+    reply: Reply[Any] = field(default_factory=lambda: Reply(None))  # the child's last reply
     failed: dict | None = None  # the case whose reply carried an error
     traces: Traces = field(default_factory=Traces)
     pending: list[tuple[dict, Future]] = field(default_factory=list)  # comparisons under way, in order
@@ -127,7 +130,7 @@ class Correctness:
         the replies; the traces of the calls by (split, shape, dtype) go on when it passed."""
         planned = judge.cases(cancel)
         if isinstance(planned, Failure):
-            return CorrectnessResult(planned.stage, failure=planned, device=self.pool.info().get("device", ""))
+            return CorrectnessResult(planned.stage, failure=planned, device=self.pool.device())
         cases, check = planned
         t0 = time.monotonic()
         run = Progress()
@@ -148,28 +151,30 @@ class Correctness:
         cases, check = planned
         spec, timeout = self.settings.task_spec(task), self.settings.timeout_s
         with self.pool.child(cancel, order) as child:
-            run.device = child.info.get("device", "")
-            run.sandbox = f"{self.sandbox}; candidate's process: {child.info.get('how', '?')}"
-            run.reply = child.request({"op": "import", "source": source, "task": spec}, timeout)
-            run.stage = run.reply.get("stage", "parse")
-            run.phases["worker_ms"] = dict(run.reply.get("phase_ms") or {})
-            for case in cases if not run.reply.get("error") else []:
+            ready = child.ready
+            run.device = ready.device if ready is not None else ""
+            run.sandbox = f"{self.sandbox}; candidate's process: {ready.how if ready is not None else '?'}"
+            run.reply = child.ask(Import(source=source, task=spec), timeout)
+            run.stage = run.reply.stage or "parse"
+            run.phases["worker_ms"] = dict(run.reply.phase_ms)
+            for case in cases if not run.reply.error else []:
                 if case["split"] != "timing":
                     judge.prefetch(case)
-                run.reply = child.request({"op": "case", "task": spec, "case": case}, timeout)
-                add_phases(run.phases["worker_ms"], run.reply.get("phase_ms"))
-                if run.reply.get("error"):
+                reply = run.reply = child.ask(RunCase(task=spec, case=case), timeout)
+                add_phases(run.phases["worker_ms"], reply.phase_ms)
+                ran = reply.payload
+                if reply.error or ran is None:
                     run.failed = case
                     return
                 run.stage = "call"
-                if judge.replays and trace_problem(run.reply):  # fail closed: every call is replayed
-                    run.failed, run.reply = case, {"error": trace_problem(run.reply)}
+                if judge.replays and trace_problem(ran):  # fail closed: every call is replayed
+                    run.failed, run.reply = case, Reply.failed(trace_problem(ran))
                     return
-                if run.reply.get("trace") is not None:
-                    run.traces[trace_key(case)] = (case, run.reply["trace"])
-                    run.traces.calls.append((case, run.reply["trace"]))
+                if ran.trace is not None:
+                    run.traces[trace_key(case)] = (case, ran.trace)
+                    run.traces.calls.append((case, ran.trace))
                 if case["split"] != "timing":
-                    run.pending.append((case, _CHECKS.submit(_timed_check, check, case, run.reply)))
+                    run.pending.append((case, _CHECKS.submit(_timed_check, check, case, ran)))
                     if len(run.pending) > 1:  # at most two cases' outputs held: one compared, one coming
                         run.pending[-2][1].result()
 
@@ -181,12 +186,12 @@ def judged(run: Progress, compared: list[dict], cases: list[dict]) -> Correctnes
     reply, failed = run.reply, run.failed
     got, reason, stage = list(compared), "", run.stage
     flags: tuple[str, ...] = ()
-    if reply.get("error"):
-        got.append({**(failed or {}), "ok": False, "error": reply["error"]})
-        reason = reply["error"] if not failed else \
-            f"{failed.get('split')} case {failed.get('shape')} {failed.get('dtype')}: {reply['error']}"
-        flags = (Flag.WORKER_REPLACED,) if reply.get("fatal") else ()
-        stage = reply.get("stage", "parse")
+    if reply.error:
+        got.append({**(failed or {}), "ok": False, "error": reply.error})
+        reason = reply.error if not failed else \
+            f"{failed.get('split')} case {failed.get('shape')} {failed.get('dtype')}: {reply.error}"
+        flags = (Flag.WORKER_REPLACED,) if reply.fatal else ()
+        stage = reply.stage or "parse"
     correct, heldout_correct = (_all_right(got, cases, split) for split in ("tuning", "heldout"))
     # a kernel right on every tuning case goes on to timing even when a held-out case failed:
     # held-out shapes decide what is exported, not what the search breeds from

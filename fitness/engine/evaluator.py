@@ -169,7 +169,7 @@ class Evaluator:
                 return self._reference_verdict(t, stop.is_set)
             except Exception as e:  # noqa: BLE001 - the task's own code (a reference raising on a drawn shape)
                 v = self._verdict(t)
-                v.reason, v.device = f"{TASK_CODE_RAISED}: {failure_line(e)}", self.pool.info().get("device", "")
+                v.reason, v.device = f"{TASK_CODE_RAISED}: {failure_line(e)}", self.pool.device()
                 return v  # that task fails; the others are validated
         ex = ThreadPoolExecutor(max(1, 2 * self.config.workers))
         try:
@@ -193,7 +193,7 @@ class Evaluator:
             problem = self.reference_status(task, cancel)
         except Cancelled:
             return None
-        v.device = self.pool.info().get("device", "")
+        v.device = self.pool.device()
         if problem:
             v.reason = problem
             v.flags.append(Flag.INVALID_HERE)
@@ -332,10 +332,10 @@ class Evaluator:
     def unit_stats(self, unit: str) -> UnitStats:
         """A Dask unit's running totals (fitness.engine.cluster); its evaluations are counted by the
         engine, per command."""
-        return UnitStats(unit=unit, device=self.pool.info().get("device", "?"), gpu=self.gpu,
+        return UnitStats(unit=unit, device=self.pool.device("?"), gpu=self.gpu,
                          workers=self.config.workers, evaluations=0,
                          correctness_busy_s=self.pool.busy_s, measuring_s=self.measuring_s)
 
     def units(self, evaluations: int = 0) -> list[UnitStats]:
-        return [UnitStats("local", self.pool.info().get("device", "?"), self.gpu, self.config.workers,
+        return [UnitStats("local", self.pool.device("?"), self.gpu, self.config.workers,
                           evaluations, round(self.pool.busy_s, 3), round(self.measuring_s, 3))]

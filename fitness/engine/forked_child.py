@@ -48,7 +48,7 @@ class ChildProcess:
     def __init__(self, conn: socket.socket, log: IO[bytes], pid: int, mem_limit: int,
                  zygote: reaper.Pinned | None = None, tainted_shm: set[str] | None = None):
         self.conn, self.log, self.pids, self.mem_limit = conn, log, [pid], mem_limit
-        self.info: dict = {}
+        self.ready: Ready | None = None  # its greeting: who it is, before any request
         self.dead = False
         self.zygote = zygote
         # the zygote's direct child, pinned while it is provably the zygote's; until the child
@@ -65,13 +65,12 @@ class ChildProcess:
             self.kill()
             raise WorkerFailure(f"the child's reaper (pid {self.pids[0]}) could not be pinned as the zygote's "
                                 "child; not used")
-        self.info = self._exchange(None, STARTUP_TIMEOUT_S, "starting")
         try:
-            ready = Ready.from_wire(self.info)
+            self.ready = Ready.from_wire(self._exchange(None, STARTUP_TIMEOUT_S, "starting"))
         except BadMessage as e:  # sent before any of a candidate's code runs: the child is broken
             self.kill()
             raise WorkerFailure(f"the child's greeting is malformed ({e}); not used") from None
-        self.pids.append(ready.pid)
+        self.pids.append(self.ready.pid)
         # read now, before any of the candidate's code runs in the child
         self.child = reaper.pin(self.pids[-1], self.reaper)
         self.marker = reaper.marker_of(self.reaper, self.child, self.zygote.pid if self.zygote else None)
@@ -80,8 +79,8 @@ class ChildProcess:
             raise WorkerFailure("the child's process could not be pinned as its reaper's child; not used")
 
     def ask(self, req: Request[P], timeout_s: float) -> Reply[P]:
-        """The typed form of request(): the reply's payload read as the op's (fitness.common.messages);
-        a payload of the wrong type fails like a malformed reply."""
+        """The child's reply to `req`, its payload read as the op's (fitness.common.messages); a
+        payload of the wrong type fails like a malformed envelope (WorkerFailure, child killed)."""
         reply = Reply.from_wire(self.request(req.to_wire(), timeout_s), req.answer())
         if reply.malformed:
             self.kill()
@@ -89,8 +88,10 @@ class ChildProcess:
         return reply
 
     def request(self, msg: dict, timeout_s: float) -> dict:
-        """The child's reply to `msg`, its envelope checked (a reply whose error, stage, fatal,
-        nonce or phase_ms has the wrong type kills the child: WorkerFailure)."""
+        """The child's raw reply to a wire dict, its envelope checked (a reply whose error, stage,
+        fatal, nonce or phase_ms has the wrong type kills the child: WorkerFailure). The engine
+        sends through ask(); this stays for it and for tests that send what no record can (an
+        unknown op, a malformed request)."""
         if self.dead:
             raise WorkerFailure("the child was already killed")
         # a fresh nonce per request, echoed in the reply: a frame the candidate wrote into the

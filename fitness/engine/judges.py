@@ -19,6 +19,7 @@ from typing import Any
 
 from fitness.common.compare import compare_tree_on
 from fitness.common.flags import Flag
+from fitness.common.replies import CaseRan
 from fitness.engine.outputs import OutputsChecker
 from fitness.engine.pool import CancelCheck
 from fitness.engine.script_eval import ScriptReferences
@@ -27,7 +28,7 @@ from fitness.engine.static_gate import allowance
 from fitness.engine.verdict import Failure
 from suites.task import Task
 
-Check = Callable[[dict, dict], str]  # (case, the child's reply) -> '' or what was wrong
+Check = Callable[[dict, CaseRan], str]  # (case, what the child's call gave) -> '' or what was wrong
 Planned = tuple[list[dict], Check]  # an evaluation's cases, and how each one's reply is judged
 
 
@@ -89,7 +90,7 @@ class FunctionJudge:
                  for split, group in (("tuning", self.task.shape_set(interpret).tuning), ("heldout", heldout))
                  for shape in group for dt in self.task.dtypes for _ in self.settings.seeds]
         assign_variants(cases, self.task.variants, len(self.settings.seeds))
-        return cases, lambda case, reply: self.outputs.check_case(self.task, case, reply.get("outputs"))
+        return cases, lambda case, ran: self.outputs.check_case(self.task, case, ran.outputs)
 
     def prefetch(self, case: dict) -> None:
         """The case's reference computed while its outputs are on their way."""
@@ -145,7 +146,7 @@ class ScriptJudge:
         if self.settings.gpu:  # one seed for the timed inputs, only recorded: a draw serves every shape
             seed = fresh_seed()  # of a perf file that makes them all at once (suites.tritonbench)
             cases += [{**c, "split": "timing", "seed": seed} for c in refs.timing_cases(ref)]
-        return cases, lambda case, reply: refs.check(self.task, ref, case, reply, self.settings.compare_device)
+        return cases, lambda case, ran: refs.check(self.task, ref, case, ran, self.settings.compare_device)
 
     def prefetch(self, case: dict) -> None:
         """Nothing: the suite's own kernel is the oracle, computed once per task (fitness.engine.script_eval)."""

@@ -18,6 +18,8 @@ from dataclasses import replace
 
 from fitness.clean.timing import FRESH_MAX_SETS, MAX_SETS, draws_for, passes_for
 from fitness.common.flags import Flag
+from fitness.common.messages import TimeCheck, TimeOpen, TimePrepare, TimeSets
+from fitness.common.replies import Opened, Prepared
 from fitness.common.timing_row import TimingRow
 from fitness.engine.baseline_child import ShapeKey, StepClock
 from fitness.engine.gpu_busy import busy_note
@@ -74,6 +76,13 @@ def _shape_key(task: Task, case: dict, baseline_source: str | None) -> ShapeKey:
     return ShapeKey(task.suite, task.name, repr(sorted(case["shape"].items())), case["dtype"], hash(baseline_source))
 
 
+def _calibration(opened: Opened) -> Prepared:
+    """The opened side's calibration; TimingRejected where the baseline child sent none."""
+    if opened.cal is None:
+        raise TimingRejected("the baseline: its side opened without its calibration")
+    return opened.cal
+
+
 class MeasuringTurn(TurnState):
     def time(self, task: Task, judge: Judge, traces: dict, replay: TimingChild, base_src: str | None = None,
              cancel: CancelCheck | None = None) -> TimingResult:
@@ -88,12 +97,13 @@ class MeasuringTurn(TurnState):
         marks = [time.monotonic()]
         try:
             plans, rows = self._turn(task, judge, timed, replay, base_src, cancel, marks)
+            peaks = self.peaks  # once, after a turn; none measured: no roofline to floor at, so no timing
         except (WorkerFailure, TimingRejected) as e:
             logger.info("%s: timing failed: %s", task.name, str(e).splitlines()[0] if str(e) else type(e).__name__)
             flags = (Flag.TIMING_FAILED, *((Flag.WORKER_REPLACED,) if isinstance(e, WorkerFailure) else ()))
             # a kernel that cannot be timed (hang, crash, a failed check) is no parent
             return TimingResult(failure=Failure(f"timing: {e}", "correct", flags))
-        result = timed_result(plans, rows, marks, self.peaks, judge.floor)
+        result = timed_result(plans, rows, marks, peaks, judge.floor)
         configs = timed_configs((str(case["shape"]), trace) for case, trace in timed)
         how = result.timing + ("; " + describe(configs, len(timed)) if configs else "")
         return replace(result, configs=tuple(configs), timing=how)
@@ -156,8 +166,9 @@ class MeasuringTurn(TurnState):
             key = _shape_key(task, case, base_src)
             ep = self._epoch(key, FUNCTION_DRAWS if task.script is None else SCRIPT_DRAWS,
                              task.script is None and task.device_inputs)
-            opening = {"op": "time_prepare", "task": self.settings.task_spec(task),
-                       "case": {**case, "seed": ep["seeds"][0]}, "seeds": ep["seeds"]}
+            # the replay's side; the baseline's is this with its own slot and source
+            opening = TimePrepare(task=self.settings.task_spec(task), case={**case, "seed": ep["seeds"][0]},
+                                  seeds=tuple(ep["seeds"]), slot=slot)
             plans.append({"slot": slot, "case": case, "epoch": ep, "opening": opening, "key": key,
                           "base_src": base_src, "base_slot": f"epoch{ep['id']}", "n": ep["n"], "prepare_s": {}})
         baseline_side = ThreadPoolExecutor(1)
@@ -172,15 +183,15 @@ class MeasuringTurn(TurnState):
 
     def _prepare_replay(self, plan: dict, trace: dict, replay: TimingChild, base: Future[int]) -> None:
         clock = StepClock(plan["prepare_s"])
-        plan["cal"] = checked(replay.request({**plan["opening"], "slot": plan["slot"], "trace": trace},
-                                             self.settings.timing_timeout_s), "c")
+        prepared = replay.ask(replace(plan["opening"], trace=trace), self.settings.timing_timeout_s)
+        plan["cal"] = checked(prepared, "c")
         clock.tick("replay")
-        for k, ms in (plan["cal"].get("phase_ms") or {}).items():  # where the replay child's part went
+        for k, ms in prepared.phase_ms.items():  # where the replay child's part went
             plan["prepare_s"][f"replay.{k}"] = ms / 1e3
         plan["n"] = base.result()  # the baseline's number of input sets, which the replay's must match
         clock.tick("baseline_wait")
-        sets = {"op": "time_sets", "slot": plan["slot"], "n_sets": plan["n"], "graph": True}
-        plan["method"] = checked(replay.request(sets, self.settings.timing_timeout_s), "c")["method"]
+        sets = TimeSets(slot=plan["slot"], n_sets=plan["n"], graph=True)
+        plan["method"] = checked(replay.ask(sets, self.settings.timing_timeout_s), "c").method
         clock.tick("sets")
 
     def _ready_baseline(self, task: Task, plan: dict, oracle_is_baseline: bool) -> int:
@@ -190,28 +201,28 @@ class MeasuringTurn(TurnState):
         with self._baseline(task.name) as child:
             b = self._baseline_open(task, plan, child, inside=False)
             if oracle_is_baseline:
-                self._check_of(plan, int(b["n_sets"]))
+                self._check_of(plan, b.n_sets)
                 self._oracle(plan, child)
         clock.tick("baseline")
-        return int(b["n_sets"])
+        return b.n_sets
 
-    def _baseline_open(self, task: Task, plan: dict, base: TimingChild, inside: bool = True) -> dict:
+    def _baseline_open(self, task: Task, plan: dict, base: TimingChild, inside: bool = True) -> Opened:
         """The baseline's side of this shape and epoch, opened: kept from an earlier candidate,
         or prepared now (draws, warm-up, calibration, input sets, graph). Inside the turn only
         when the side prepared before it was dropped for memory or its child was replaced."""
         timeout = self.settings.timing_timeout_s
         slot = plan["base_slot"]
-        opened = checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
-        if not opened.get("missing"):
+        opened = checked(base.ask(TimeOpen(slot=slot), timeout), "b")
+        if not opened.missing:
             return opened
         if inside:
             plan["baseline_prepared"] = True
             self.baseline_prepares += 1
         else:
             self.baseline_prepares_outside += 1
-        prepare = {**plan["opening"], "slot": slot, "baseline_source": plan["base_src"],
-                   "keep_share": BASELINE_MEMORY_SHARE / len(self._bases)}
-        cal = checked(base.request(prepare, timeout), "b")
+        prepare = replace(plan["opening"], slot=slot, baseline_source=plan["base_src"],
+                          keep_share=BASELINE_MEMORY_SHARE / len(self._bases))
+        cal = checked(base.ask(prepare, timeout), "b")
         key = plan["key"]
         self._baseline_cal[key] = cal
         n = plan["n"] or self._n_sets(cal)
@@ -219,8 +230,8 @@ class MeasuringTurn(TurnState):
             ep = self._plan_epoch(plan)
             if ep is not None:
                 ep["n"] = n  # later candidates of this epoch capture before their turn
-        checked(base.request({"op": "time_sets", "slot": slot, "n_sets": n, "graph": True}, timeout), "b")
-        return checked(base.request({"op": "time_open", "slot": slot}, timeout), "b")
+        checked(base.ask(TimeSets(slot=slot, n_sets=n, graph=True), timeout), "b")
+        return checked(base.ask(TimeOpen(slot=slot), timeout), "b")
 
     def _measure(self, task: Task, plan: dict, replay: TimingChild, baseline: TimingChild, oracle_is_baseline: bool,
                  first: bool) -> TimingRow:
@@ -231,12 +242,12 @@ class MeasuringTurn(TurnState):
         sides: dict[str, TimingChild] = {"c": replay, "b": baseline}
         b = self._baseline_open(task, plan, sides["b"])
         clock.tick("baseline_prepare" if plan.get("baseline_prepared") else "baseline_open")
-        n, slots = b["n_sets"], {"c": plan["slot"], "b": plan["base_slot"]}
-        methods = self._same_method(sides, slots, n, {"b": b["method"], "c": plan["method"] if plan["n"] == n else ""})
-        checked(replay.request({"op": "time_open", "slot": plan["slot"]}, self.settings.timing_timeout_s), "c")
+        n, slots = b.n_sets, {"c": plan["slot"], "b": plan["base_slot"]}
+        methods = self._same_method(sides, slots, n, {"b": b.method, "c": plan["method"] if plan["n"] == n else ""})
+        checked(replay.ask(TimeOpen(slot=plan["slot"]), self.settings.timing_timeout_s), "c")
         clock.tick("sets")
-        bc = b["cal"]
-        passes = passes_for(n, bc["in_bytes"], bc["t_one_ms"], bc["l2_bytes"])
+        bc = _calibration(b)
+        passes = passes_for(n, bc.in_bytes, bc.t_one_ms, bc.l2_bytes)
         draws = self._draws(plan, n)
         if first:
             warm_up(sides, passes, self.settings.timing_timeout_s, draws)
@@ -245,7 +256,7 @@ class MeasuringTurn(TurnState):
         if oracle_is_baseline:  # the suite's kernel is the oracle: its outputs, once per epoch
             plan["oracle"] = self._oracle(plan, sides["b"])
             clock.tick("checks")
-        cal = {"c": plan["cal"], "b": b["cal"]}
+        cal = {"c": plan["cal"], "b": bc}
         return timed_row(plan, times, methods["c"], n, cal)
 
     def _draws(self, plan: dict, n: int) -> Draws:
@@ -338,8 +349,8 @@ class MeasuringTurn(TurnState):
         A side switches between the two over the same sets (the baseline's graph stays for the
         next candidate: one uncapturable candidate once left its epoch eager for all after it)."""
         def sets(k: str, graph: bool) -> str:
-            req = {"op": "time_sets", "slot": slots[k], "n_sets": n, "graph": graph}
-            return checked(sides[k].request(req, self.settings.timing_timeout_s), k)["method"]
+            req = TimeSets(slot=slots[k], n_sets=n, graph=graph)
+            return checked(sides[k].ask(req, self.settings.timing_timeout_s), k).method
         if not methods["c"]:  # prepared for another number of sets, or not yet
             methods["c"] = sets("c", True)
         if methods["b"] != methods["c"]:
@@ -352,6 +363,6 @@ class MeasuringTurn(TurnState):
         """The outputs one timed trial of the replay kept (picked at random, prepared like every
         other), against the engine's own reference of each set's draw, or the baseline's outputs
         of the same trial's sets (memory the baseline leaves unwritten is no part of them)."""
-        req = {"op": "time_check", "slot": plan["slot"]}
-        outs = checked(replay.request(req, self.settings.timing_timeout_s), "c")["outputs"]
+        req = TimeCheck(slot=plan["slot"])
+        outs = checked(replay.ask(req, self.settings.timing_timeout_s), "c").outputs
         check_outputs(judge, plan, outs)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO
 
-from fitness.common.messages import Request, Warm
+from fitness.common.messages import Ready, Request, Warm
 from fitness.common.replies import P, Reply
 from fitness.engine.forked_child import STARTUP_TIMEOUT_S, _tail
 from fitness.engine.forked_child import ChildProcess as ChildProcess
@@ -204,7 +204,7 @@ class WorkerPool:
         # ready) and the seconds the spares took to start their device (bench/evaluator_bench.py)
         self.served = {"spare": 0, "cold": 0}
         self.spare_start_s = 0.0
-        self._info: dict = {}
+        self._ready: Ready | None = None  # the latest child's greeting (what the pool's children run on)
 
     def _take(self, cancel: CancelCheck | None = None, order: float | None = None) -> None:
         """A free slot, served in `order` (default: arrival): with the timing slot saturated,
@@ -241,7 +241,7 @@ class WorkerPool:
         failed = ""
         try:
             child = self._take_spare() or self.zygote.fork()
-            self._info = child.info or self._info
+            self._ready = child.ready or self._ready
             yield child
         except WorkerFailure as e:
             failed = str(e)
@@ -305,20 +305,20 @@ class WorkerPool:
             return None, 0.0
         return child, warmed.phase_ms.get("device_start", 0.0) / 1e3
 
-    def request(self, msg: dict, timeout_s: float, cancel: CancelCheck | None = None,
-                order: float | None = None) -> dict:
-        """One request to a fresh child; raises WorkerFailure when the child failed."""
-        with self.child(cancel, order) as child:
-            return child.request(msg, timeout_s)
-
     def ask(self, req: Request[P], timeout_s: float, cancel: CancelCheck | None = None,
             order: float | None = None) -> Reply[P]:
-        """request() with a typed request and reply (fitness.common.messages)."""
+        """One request to a fresh child, its reply typed (fitness.common.messages); raises
+        WorkerFailure when the child failed."""
         with self.child(cancel, order) as child:
             return child.ask(req, timeout_s)
 
-    def info(self) -> dict:
-        return self._info
+    def greeting(self) -> Ready | None:
+        """The latest child's greeting; None before any child said hello."""
+        return self._ready
+
+    def device(self, unknown: str = "") -> str:
+        """What the pool's children run on, as they said; `unknown` before any did."""
+        return self._ready.device if self._ready is not None else unknown
 
     def close(self) -> None:
         with self._spare_cv:

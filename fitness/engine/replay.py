@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fitness.common.inputs import TORCH_WORK_SHARE
+from fitness.common.messages import Replay, ReplayItem
+from fitness.common.replies import ReplayResult as ReplayedCall
 from fitness.engine.correctness import Traces
 from fitness.engine.judges import Judge, fresh_seed
 from fitness.engine.outputs import OutputsChecker
@@ -53,48 +55,48 @@ class Replayer:
         work, or it fails. Script tasks' benchmark calls are checked in the timing instead (their
         reference is the suite's kernel)."""
         calls = traces.calls if isinstance(traces, Traces) else list(traces.values())
-        items = [{"case": {**case, "seed": fresh_seed()}, "trace": trace} for case, trace in calls
-                 if judge.replays]
+        items = tuple(ReplayItem(case={**case, "seed": fresh_seed()}, trace=trace) for case, trace in calls
+                      if judge.replays)
         if not items:
             return ReplayResult()
-        problem = next((p for p in (inplace_problem(task, item["trace"]) for item in items) if p), "")
+        problem = next((p for p in (inplace_problem(task, item.trace) for item in items) if p), "")
         if problem:
             return _failed(f"replay: {problem}")
         for item in items[:REFERENCES_AHEAD]:
-            self.outputs.prefetch(task, item["case"])
-        req = {"op": "replay", "task": self.settings.task_spec(task), "items": items,
-               "source": source if self.settings.interpret else None}
+            self.outputs.prefetch(task, item.case)
+        req = Replay(task=self.settings.task_spec(task), items=items,
+                     source=source if self.settings.interpret else None)
         t0 = time.monotonic()
         try:
-            reply = clean.request(req, 2 * self.settings.timeout_s) if clean is not None else \
-                self.pool.request(req, 2 * self.settings.timeout_s, cancel)
+            reply = clean.ask(req, 2 * self.settings.timeout_s) if clean is not None else \
+                self.pool.ask(req, 2 * self.settings.timeout_s, cancel)
         except WorkerFailure as e:
             return _failed(f"replay: {e}")
-        phases = {"replay_s": round(time.monotonic() - t0, 3), "replay_child_ms": dict(reply.get("phase_ms") or {})}
-        if reply.get("error"):
-            return _failed(f"replay: {reply['error']}", phases)
-        results = reply.get("results")
-        if not isinstance(results, list) or len(results) != len(items):  # fail closed: every call replayed
+        phases = {"replay_s": round(time.monotonic() - t0, 3), "replay_child_ms": dict(reply.phase_ms)}
+        if reply.error:
+            return _failed(f"replay: {reply.error}", phases)
+        results = reply.payload.results if reply.payload is not None else None
+        if results is None or len(results) != len(items):  # fail closed: every call replayed
             return _failed(f"replay: {len(items)} recorded calls sent, the replaying child answered "
-                           f"{len(results) if isinstance(results, list) else 'none'} of them", phases)
+                           f"{len(results) if results is not None else 'none'} of them", phases)
         return ReplayResult(self._judge(task, items, results), phases)
 
-    def _judge(self, task: Task, items: list[dict], results: list[dict]) -> Failure | None:
+    def _judge(self, task: Task, items: tuple[ReplayItem, ...], results: tuple[ReplayedCall, ...]) -> Failure | None:
         """The first replayed call that did not check out, if any: an error, torch work beyond its
         share, or outputs the engine's reference does not match."""
         for k, (item, res) in enumerate(zip(items, results)):
-            case = item["case"]
+            case = item.case
             if k + REFERENCES_AHEAD < len(items):
-                self.outputs.prefetch(task, items[k + REFERENCES_AHEAD]["case"])
+                self.outputs.prefetch(task, items[k + REFERENCES_AHEAD].case)
             where = f"{case['split']} shape {case['shape']} {case['dtype']}"
-            if res.get("error"):
-                return Failure(f"{res['error']} ({where})", "call")
-            produced = sum(o.numel() for o in res["outputs"])
-            if not task.torch_ops and res["torch_elements"] > max(1024, TORCH_WORK_SHARE * produced):
-                by_size = sorted(res["torch_ops"].items(), key=lambda kv: -kv[1])
+            if res.error:
+                return Failure(f"{res.error} ({where})", "call")
+            produced = sum(o.numel() for o in res.outputs)
+            if not task.torch_ops and res.torch_elements > max(1024, TORCH_WORK_SHARE * produced):
+                by_size = sorted(res.torch_ops.items(), key=lambda kv: -kv[1])
                 ops = ", ".join(f"{k} ({n} elements)" for k, n in by_size)
                 return Failure(f"torch did work outside Triton kernels (counted on the replay): {ops}", "call")
-            problem = self.outputs.check_case(task, case, res["outputs"])
+            problem = self.outputs.check_case(task, case, res.outputs)
             if problem:
                 return Failure(f"replay: the recorded kernels, replayed alone on fresh inputs ({where}), "
                                f"gave a wrong result: {problem}; work done outside the candidate's Triton "

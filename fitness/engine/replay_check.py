@@ -5,6 +5,9 @@ shape that was timed, the outputs the replay kept, and the task's judge.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
 from fitness.clean.timing import draws_for, fresh_seed_of
@@ -12,7 +15,7 @@ from fitness.engine.judges import Judge
 from fitness.engine.trials import TimingRejected
 
 
-def check_outputs(judge: Judge, plan: dict, outs: list) -> None:
+def check_outputs(judge: Judge, plan: dict, outs: Sequence[Any]) -> None:
     """Raises TimingRejected unless every checked output of the replay (`outs`) is right for its
     input set (memory the baseline leaves unwritten is no part of the baseline's outputs)."""
     rot, picks = plan["check"]

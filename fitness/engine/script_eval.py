@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from fitness.clean.guard_bands import Finding
 from fitness.common.compare import compare_tree_on, count_elements, is_weak
 from fitness.common.messages import Script
-from fitness.common.replies import Reply, ScriptRan
+from fitness.common.replies import CaseRan, Reply, ScriptRan
 from fitness.engine.pool import CancelCheck, Cancelled, WorkerFailure, WorkerPool
 from suites.script import GIVEN
 from suites.task import Task
@@ -203,16 +203,16 @@ class ScriptReferences:
         return sorted(cases, key=lambda c: c["split"] != "tuning")  # tuning first: the reply stops at a failure
 
     @staticmethod
-    def check(task: Task, ref: ScriptReference, case: dict, result: dict | None, device: str = "cpu") -> str:
+    def check(task: Task, ref: ScriptReference, case: dict, result: CaseRan | None, device: str = "cpu") -> str:
         """'' or what is wrong with a candidate's `result` for `case`, compared on `device` where
         it has room (fitness.common.compare.compare_where_room)."""
-        if not result or "tree" not in result:
+        if result is None:
             return "no result returned"
         expected = ref.results[key(case)]
-        problem = compare_tree_on(device, result["tree"], expected["tree"], task.tolerance)
+        problem = compare_tree_on(device, result.tree, expected["tree"], task.tolerance)
         if problem or not task.script.torch_work_relative:
             return problem
-        extra = result["torch_elements"] - expected["torch_elements"]
+        extra = result.torch_elements - expected["torch_elements"]
         if extra > max(1024, TORCH_WORK_SLACK * count_elements(expected["tree"])):
             return f"torch computed {extra} elements outside Triton kernels beyond what the reference does"
         return ""

@@ -15,9 +15,11 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from fitness.common.flags import Flag
+from fitness.common.messages import Request, Trial, TrialCheck
+from fitness.common.replies import P, PeakFigures, Prepared, Reply
 from fitness.common.timing_row import TimingRow
 from fitness.engine.launch_configs import KernelConfig
 from fitness.engine.verdict import Failure, speedup_from_rows
@@ -74,14 +76,14 @@ class TimingRejected(Exception):
 class TimingChild(Protocol):
     """What the timing asks of a clean child (fitness.engine.pool.ChildProcess): a reply per request."""
 
-    def request(self, msg: dict, timeout_s: float) -> dict: ...
+    def ask(self, req: Request[P], timeout_s: float) -> Reply[P]: ...
 
 
-def checked(reply: dict, side: str) -> dict:
-    """The reply of side "c" (the replayed kernels) or "b" (the baseline); TimingRejected when it failed."""
-    if reply.get("error"):
-        raise TimingRejected(f"{'the baseline' if side == 'b' else 'the replayed kernels'}: {reply['error']}")
-    return reply
+def checked(reply: Reply[P], side: str) -> P:
+    """The payload of side "c" (the replayed kernels) or "b" (the baseline); TimingRejected when it failed."""
+    if reply.error or reply.payload is None:
+        raise TimingRejected(f"{'the baseline' if side == 'b' else 'the replayed kernels'}: {reply.error}")
+    return reply.payload
 
 
 def spread(times: list[float]) -> float:
@@ -134,24 +136,25 @@ class Draws:
         self.prev[side] = r
         return r
 
-    def request(self, side: str, first: int, reps: int) -> dict:
-        """The rotations of trials first..first+reps-1 and, where one of them is the checked trial,
-        the sets to keep after it (once per candidate: a second round of trials is not checked again)."""
+    def request(self, side: str, first: int, reps: int) -> dict[str, Any]:
+        """The Trial fields of trials first..first+reps-1: their rotations and, where one of them is
+        the checked trial, the sets to keep after it (once per candidate: a second round of trials
+        is not checked again)."""
         j = self.check_at - first if side == "c" and first <= self.check_at < first + reps else -1
         rots = []
         for i in range(reps):
             rots.append(self.check_rot if i == j else self.rot(side))
             self.prev[side] = rots[-1]
-        msg: dict = {"rots": rots}
+        fields: dict[str, Any] = {"rots": tuple(rots)}
         if self.fresh_base is not None:  # every trial on draws no trial had
             start = self.issued.get(side, 0)  # counted over every round: a second one draws anew too
-            msg["fresh"] = [self.check_key if i == j else (self.fresh_base + start + i) % (2**31 - 1)
-                            for i in range(reps)]
+            fields["fresh"] = tuple(self.check_key if i == j else (self.fresh_base + start + i) % (2**31 - 1)
+                                    for i in range(reps))
             self.issued[side] = start + reps
         if j >= 0:
             self.check_at = -2  # issued
-            msg["check"] = {"rep": j, "picks": list(self.picks)}
-        return msg
+            fields["check"] = TrialCheck(rep=j, picks=tuple(self.picks))
+        return fields
 
 
 def check_plan(n_sets: int, n_draws: int) -> tuple[int, list[int]]:
@@ -165,9 +168,9 @@ def warm_up(sides: dict[str, TimingChild], passes: int, timeout_s: float, draws:
     request of a turn (its 3 regions) ran 15-25% slow (2.93 against 2.58 us, 1.9 against 1.55 us),
     the next ones did not; the candidate's side, which opens round 0, took it every time."""
     for k in ("c", "b"):
-        req = {"op": "trial", "k": 0, "passes": passes, "reps": TRIAL_REPS, "warm": True,  # its times unread
-               "rots": [draws.rot(k) for _ in range(TRIAL_REPS)]}
-        checked(sides[k].request(req, timeout_s), k)
+        req = Trial(k=0, passes=passes, reps=TRIAL_REPS, warm=True,  # its times unread
+                    rots=tuple(draws.rot(k) for _ in range(TRIAL_REPS)))
+        checked(sides[k].ask(req, timeout_s), k)
 
 
 def alternate(sides: dict[str, TimingChild], n: int, passes: int, spent: dict[str, float], budget: TrialBudget,
@@ -188,44 +191,44 @@ def alternate(sides: dict[str, TimingChild], n: int, passes: int, spent: dict[st
         reps = min(TRIAL_REPS, most - i, enough - i if i < enough else most)  # a stop can come at `enough`
         order = ("c", "b") if r % 2 == 0 else ("b", "c")
         for k in (order if not track or r == 0 else ("c",)):
-            req = {"op": "trial", "k": i, "passes": passes, "reps": reps, **draws.request(k, len(times[k]), reps)}
+            req = Trial(k=i, passes=passes, reps=reps, **draws.request(k, len(times[k]), reps))
             times[k].extend(_one_request(sides[k], k, req, n, spent, budget.timeout_s))
     return times
 
 
-def _one_request(child: TimingChild, side: str, req: dict, n: int, spent: dict[str, float],
+def _one_request(child: TimingChild, side: str, req: Trial, n: int, spent: dict[str, float],
                  timeout_s: float) -> list[float]:
-    """One request's trials, in ms per input set (`n` sets, `req["passes"]` passes a region)."""
+    """One request's trials, in ms per input set (`n` sets, `req.passes` passes a region)."""
     t = time.perf_counter()
-    reply = checked(child.request(req, timeout_s), side)
-    ms = [float(x) for x in reply["ms"]]
+    reply = child.ask(req, timeout_s)
+    ms = [float(x) for x in checked(reply, side).ms]
     wall_ms = (time.perf_counter() - t) * 1e3
-    region_ms = sum(ms) * n * req["passes"]
+    region_ms = sum(ms) * n * req.passes
     spent["trial_regions"] = spent.get("trial_regions", 0.0) + region_ms / 1e3
-    handled = (reply.get("phase_ms") or {}).get("handle", 0.0)
+    handled = reply.phase_ms.get("handle", 0.0)
     spent["trial_in_child"] = spent.get("trial_in_child", 0.0) + handled / 1e3
-    if len(ms) != req["reps"] or not (min(ms) > 0 and region_ms <= wall_ms * 1.02 + 0.5):
+    if len(ms) != req.reps or not (min(ms) > 0 and region_ms <= wall_ms * 1.02 + 0.5):
         raise TimingRejected(f"reported times ({region_ms:.3f} ms in all) are not inside the engine's "
                              f"clock for that request ({wall_ms:.3f} ms)")
     return ms
 
 
-def timed_row(plan: dict, times: dict, method: str, n_sets: int, cal: dict) -> TimingRow:
+def timed_row(plan: dict, times: dict, method: str, n_sets: int, cal: dict[str, Prepared]) -> TimingRow:
     """`baseline_kept`: the baseline's median is over its kept trials of the epoch (this turn's
-    tracking request among them), not over trials alternating with this candidate's only."""
-    bytes_, flops = cal["b"].get("cost") or (0.0, 0.0)
+    tracking request among them), not over trials alternating with this candidate's only. `cal`:
+    each side's calibration ("c", "b")."""
+    bytes_, flops = cal["b"].cost or (0.0, 0.0)
     case = plan["case"]
     return TimingRow(shape=case["shape"], dtype=case["dtype"], candidate_ms=statistics.median(times["c"]),
                      baseline_ms=statistics.median(times["b"]), candidate_spread=spread(times["c"]),
                      baseline_spread=spread(times["b"]), method=method, input_sets=n_sets,
                      trials=len(times["c"]), baseline_trials=len(times["b"]),
                      baseline_kept=bool(plan.get("baseline_reused")), bytes=bytes_, flops=flops,
-                     describe=str(cal["b"].get("describe", "")),
-                     phase_ms={"warm_up": cal["c"].get("warm_ms", 0.0),
-                               "baseline_warm_up": cal["b"].get("warm_ms", 0.0)})
+                     describe=cal["b"].describe,
+                     phase_ms={"warm_up": cal["c"].warm_ms, "baseline_warm_up": cal["b"].warm_ms})
 
 
-def timed_result(plans: list[dict], rows: list[TimingRow], marks: list[float], peaks: dict | None,
+def timed_result(plans: list[dict], rows: list[TimingRow], marks: list[float], peaks: PeakFigures | None,
                  floor: bool) -> TimingResult:
     """The finding of a timing that checked out (fitness.engine.measuring): its rows, speedup, flags,
     phases (`marks`: asked for the turn, took it, gave it back) and how it was timed."""

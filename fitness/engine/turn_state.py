@@ -12,6 +12,8 @@ import threading
 from collections.abc import Iterator
 
 from fitness.clean.timing import draws_for, n_sets_for
+from fitness.common.messages import Peaks, TimeOracle
+from fitness.common.replies import PeakFigures, Prepared
 from fitness.engine.baseline_child import BaselineChild, SeedBank, ShapeKey
 from fitness.engine.gpu_busy import BusyProbe
 from fitness.engine.pool import ChildProcess, WorkerPool
@@ -34,12 +36,12 @@ class TurnState:
         self._base_of: dict[str, int] = {}  # task -> its baseline child, in order of first timing
         # the baseline's calibration per shape (one call's time, input bytes): from it the next
         # candidate's replay child makes its input sets and graph before its turn
-        self._baseline_cal: dict[ShapeKey, dict] = {}
+        self._baseline_cal: dict[ShapeKey, Prepared] = {}
         self._epochs: dict[ShapeKey, dict] = {}  # per shape: the draws both sides are timed on now
         self._epoch_lock = threading.Lock()
         self._seed_bank = SeedBank()  # per task and baseline: each epoch's seeds
         self._epoch_ids = itertools.count()
-        self._peak_figures: dict | None = None
+        self._peak_figures: PeakFigures | None = None
         self.baseline_prepares = 0  # baseline sides prepared inside the turn
         self.baseline_prepares_outside = 0  # ... and before it, beside another candidate's trials
         # per shape and epoch: the baseline's checked outputs
@@ -47,9 +49,9 @@ class TurnState:
         self.busy = BusyProbe()  # other processes' work on the GPU while a shape is measured
 
     @staticmethod
-    def _n_sets(base: dict) -> int:
+    def _n_sets(base: Prepared) -> int:
         """Input sets per timed region, from the baseline's calibration of the shape."""
-        return n_sets_for(base["in_bytes"], base["t_one_ms"], base["l2_bytes"])
+        return n_sets_for(base.in_bytes, base.t_one_ms, base.l2_bytes)
 
     def _plan_epoch(self, plan: dict) -> dict | None:
         """The shape's current epoch if it is still the plan's (a later candidate may have opened
@@ -71,7 +73,7 @@ class TurnState:
         plan["check"], plan["n_sets"] = (check[1], check[2]), n
         return check[1], check[2]
 
-    def _oracle(self, plan: dict, base: TimingChild) -> list:
+    def _oracle(self, plan: dict, base: TimingChild) -> tuple:
         """The baseline's outputs of the checked trial's sets (twice: fitness.clean.timing.TimedSide.oracle),
         taken once per epoch and kept (LRU, ORACLE_BYTES): H100 TritonBench, taking both sides'
         outputs inside every turn held 1.3 s of its 2.0 s per candidate."""
@@ -80,8 +82,8 @@ class TurnState:
         with self._epoch_lock:
             if key in self._oracles:
                 return self._oracles.get(key)
-        req = {"op": "time_oracle", "picks": picks, "rot": rot, "slot": plan["base_slot"]}
-        outs = checked(base.request(req, self.settings.timing_timeout_s), "b")["outputs"]
+        req = TimeOracle(picks=tuple(picks), rot=rot, slot=plan["base_slot"])
+        outs = checked(base.ask(req, self.settings.timing_timeout_s), "b").outputs
         with self._epoch_lock:
             self._oracles.put(key, outs)
         return outs
@@ -107,9 +109,10 @@ class TurnState:
             base.close()
 
     @property
-    def peaks(self) -> dict | None:
-        """Measured ceilings (copy bandwidth, bf16 matmul rate), once, in the clean baseline child."""
+    def peaks(self) -> PeakFigures:
+        """Measured ceilings (copy bandwidth, bf16 matmul rate), once, in the clean baseline child;
+        TimingRejected where it could not measure them (no roofline to floor times at)."""
         if self._peak_figures is None:
             with self.lock, self._baseline() as child:
-                self._peak_figures = child.request({"op": "peaks"}, self.settings.timing_timeout_s)
+                self._peak_figures = checked(child.ask(Peaks(), self.settings.timing_timeout_s), "b")
         return self._peak_figures

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from fitness.common.flags import SUSPICIOUS_SPEEDUP as SUSPICIOUS_SPEEDUP  # re-exported
 from fitness.common.flags import Flag
@@ -12,6 +12,9 @@ from fitness.common.timing_row import TimingRow
 from fitness.engine.launch_configs import KernelConfig
 from fitness.engine.timing_hazards import timing_hazards
 from suites.validation import short_reason
+
+if TYPE_CHECKING:  # only named: a verdict is read where torch (which the replies import) is not needed
+    from fitness.common.replies import PeakFigures
 
 # the cascade, in order; `stage` is the last one a candidate reached ("none": it failed the gate)
 STAGES = ("none", "parse", "compile", "call", "correct", "timed")
@@ -105,7 +108,7 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def speedup_from_rows(rows: list[TimingRow], peaks: dict | None,
+def speedup_from_rows(rows: list[TimingRow], peaks: PeakFigures | None,
                       floor: bool = True) -> tuple[list[TimingRow], float | None, list[str]]:
     """The rows with their roofline floor and speedup set, and the geometric mean of the per-shape
     speedups, each time floored at the roofline time (None for no rows). `floor` False: the cost
@@ -114,8 +117,8 @@ def speedup_from_rows(rows: list[TimingRow], peaks: dict | None,
     out = []
     for r in rows:
         floor_ms = 0.0
-        if peaks:
-            floor_ms = 1e3 * max(r.bytes / peaks["bandwidth_Bps"], r.flops / peaks["flops"])
+        if peaks is not None:
+            floor_ms = 1e3 * max(r.bytes / peaks.bandwidth_Bps, r.flops / peaks.flops)
         c, b = (max(r.candidate_ms, floor_ms), max(r.baseline_ms, floor_ms)) if floor else \
             (r.candidate_ms, r.baseline_ms)
         if r.candidate_ms < 0.5 * floor_ms:
