@@ -4,12 +4,15 @@ of the turn's steps."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from typing import NamedTuple
 
 from fitness.engine.judges import fresh_seed
-from fitness.engine.pool import ChildProcess, WorkerPool
+from fitness.engine.pool import ChildProcess, WorkerFailure, WorkerPool
+
+logger = logging.getLogger(__name__)
 
 
 class BaselineChild:
@@ -30,9 +33,16 @@ class BaselineChild:
         return self._child
 
     def close(self) -> None:
+        """The child given back. What its slot's check finds then (e.g. without a sandbox, a file
+        another process left in the machine's /dev/shm: GPU run, issue 39's no-sandbox test) is
+        logged: no evaluation is in it to fail, and raising would stop the evaluator's close."""
         if self._child is not None and self._cm is not None:
-            self._cm.__exit__(None, None, None)
-            self._child = None
+            try:
+                self._cm.__exit__(None, None, None)
+            except WorkerFailure as e:
+                logger.warning("a clean child given back: %s", e)
+            finally:
+                self._child = None
 
 
 class StepClock:
