@@ -9,9 +9,13 @@ TORCH_OPS = "allowed"
 
 
 def reference(x, w):
-    scale = w.abs().amax(dim=0).clamp_min(1e-8) / 127.0
-    wq = torch.round(w / scale).clamp(-127, 127)
-    return x @ (wq * scale)
+    # quantized as the wrapper quantizes, in float32 (the engine calls the reference in float64):
+    # ties decided in float64 moved weights by a level, outputs by scale * |x| (H200, K=4096: 5607
+    # of 4M elements past the tolerance)
+    w32 = w.float()
+    scale = w32.abs().amax(dim=0).clamp_min(1e-8) / 127.0
+    wq = torch.round(w32 / scale).clamp(-127, 127)
+    return x @ (wq * scale).to(x.dtype)
 
 
 def make_inputs(shape, dtype, gen):
