@@ -10,12 +10,17 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-START = (Path(__file__).resolve().parent.parent / "suites" / "builtin" / "start" / "softmax.py").read_text()
+STARTS = Path(__file__).resolve().parent.parent / "suites" / "builtin" / "start"
+START = (STARTS / "softmax.py").read_text()
+
+
+def kernel_variant(n: int, task: str = "softmax", prose: str = "Strategy: try a different block size.") -> str:
+    """An answer holding a correct module for a builtin task that hashes differently for each n."""
+    return f"{prose}\n```python\n{(STARTS / f'{task}.py').read_text()}\n_VARIANT = {n}\n```\n"
 
 
 def softmax_variant(n: int, prose: str = "Strategy: try a different block size.") -> str:
-    """A correct softmax module that hashes differently for each n."""
-    return f"{prose}\n```python\n{START}\n_VARIANT = {n}\n```\n"
+    return kernel_variant(n, "softmax", prose)
 
 
 def completion(body: dict, text: str, usage: dict | None = None) -> dict:
@@ -28,8 +33,8 @@ def completion(body: dict, text: str, usage: dict | None = None) -> dict:
 
 
 class LLMServer:
-    def __init__(self, responder=None, models=("test-model",), usage=None):
-        self.responder = responder or (lambda body, n: softmax_variant(n))
+    def __init__(self, responder=None, models=("test-model",), usage=None, task="softmax"):
+        self.responder = responder or (lambda body, n: kernel_variant(n, task))
         self.models, self.usage = models, usage
         self.requests: list[dict] = []  # chat completion bodies, in arrival order
         self.files: dict[str, str] = {}

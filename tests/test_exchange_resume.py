@@ -19,7 +19,8 @@ from operators.base import Pending
 from operators.llm_client import LLMClient, LLMConfig, job_slot, request_hash
 from operators.llm_exchange import Exchange, import_answers
 from suites.registry import load_suite
-from tests.llm_server import LLMServer, completion, softmax_variant
+from tests.conftest import CHEAP
+from tests.llm_server import LLMServer, completion, kernel_variant, softmax_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [sys.executable, str(ROOT / "run.py")]
@@ -96,7 +97,7 @@ def test_answers_no_job_takes_are_adopted_as_children_of_the_parents_asked_about
 
 
 def _cmd(tmp, *extra):
-    return [*RUN, "--suite", "builtin", "--tasks", "softmax", "--islands", "2", "--population", "3",
+    return [*RUN, "--suite", "builtin", "--tasks", CHEAP, "--islands", "2", "--population", "3",
             "--workers", "2", "--device", "cpu", "--archive", str(tmp / "a.db"), "--export", str(tmp / "best"),
             *extra]
 
@@ -138,7 +139,8 @@ def test_cli_exchange_round_answered_for_one_gpu_and_resumed_on_another(tmp_path
     assert p.returncode == 3 and "wrote 4 request(s)" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
     round1 = _as_if_asked_on_an_h100(tmp_path)
     (tmp_path / "ex" / "output.jsonl").write_text(
-        "".join(_answer_line(r["custom_id"], r["body"], softmax_variant(100 + i)) + "\n" for i, r in enumerate(round1)))
+        "".join(_answer_line(r["custom_id"], r["body"], kernel_variant(100 + i, CHEAP)) + "\n"
+                for i, r in enumerate(round1)))
     old = (tmp_path / "a.db").read_bytes()
     p = subprocess.run(c, capture_output=True, text=True, timeout=600, env=_env())
     assert p.returncode == 2 and H100 in p.stderr and "--retime" in p.stderr, p.stderr[-2000:]

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from operators.llm_client import request_hash
-from tests.llm_server import LLMServer, completion, softmax_variant
+from tests.conftest import CHEAP
+from tests.llm_server import LLMServer, completion, kernel_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = [sys.executable, str(ROOT / "run.py")]
@@ -28,7 +29,7 @@ def env(key="k"):
 
 
 def cmd(tmp, *extra):
-    return [*RUN, "--suite", "builtin", "--tasks", "softmax", "--islands", "2", "--population", "3",
+    return [*RUN, "--suite", "builtin", "--tasks", CHEAP, "--islands", "2", "--population", "3",
             "--workers", "2", "--archive", str(tmp / "a.db"), "--export", str(tmp / "best"), *extra]
 
 
@@ -38,7 +39,7 @@ def db(tmp):
 
 @pytest.mark.slow
 def test_llm_run_records_calls_tokens_and_cost(tmp_path):
-    with LLMServer(usage={"prompt_tokens": 2000, "completion_tokens": 400}) as s:
+    with LLMServer(usage={"prompt_tokens": 2000, "completion_tokens": 400}, task=CHEAP) as s:
         p = subprocess.run(cmd(tmp_path, "--model", "test-model", "--base-url", s.url, "--generations", "1",
                                "--llm-price", "1.5,6"), capture_output=True, text=True, timeout=600, env=env())
         assert p.returncode == 0, p.stderr[-3000:]
@@ -67,7 +68,7 @@ def test_killed_run_resumes_without_buying_a_stored_answer_again(tmp_path):
             return f"I would tile the rows differently ({n})."
         if state["hang"]:
             time.sleep(30)
-        return softmax_variant(n)
+        return kernel_variant(n, CHEAP)
 
     with LLMServer(responder=responder) as s:
         c = cmd(tmp_path, "--model", "test-model", "--base-url", s.url, "--generations", "1", "--device", "cpu")
@@ -103,7 +104,7 @@ def batch_output(requests_path: Path, start: int) -> str:
     lines = []
     for i, line in enumerate(requests_path.read_text().splitlines()):
         req = json.loads(line)
-        body = completion(req["body"], softmax_variant(start + i))
+        body = completion(req["body"], kernel_variant(start + i, CHEAP))
         lines.append(json.dumps({"id": f"batch_req_{i}", "custom_id": req["custom_id"],
                                  "response": {"status_code": 200, "request_id": f"r{i}", "body": body},
                                  "error": None}))
@@ -133,7 +134,7 @@ def test_exchange_round_trip_with_batch_files_and_llm_batch(tmp_path):
     round2 = [json.loads(x) for x in (ex / "requests.jsonl").read_text().splitlines()]
     assert round2 and not {r["custom_id"] for r in round2} & {r["custom_id"] for r in round1}
 
-    with LLMServer(responder=lambda body, n: softmax_variant(200 + n)) as s:
+    with LLMServer(responder=lambda body, n: kernel_variant(200 + n, CHEAP)) as s:
         p = subprocess.run([*RUN, "llm-batch", str(ex), "--base-url", s.url, "--poll", "0.05"],
                            capture_output=True, text=True, timeout=120, env=env())
         assert p.returncode == 0, p.stderr
