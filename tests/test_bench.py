@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import CHEAP
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
 def test_evaluator_bench_runs_and_names_what_bounds_the_rate():
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "evaluator_bench.py"), "--tasks", "softmax",
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "evaluator_bench.py"), "--tasks", CHEAP,
                           "--workers", "1", "--rounds", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "bound: the 1 correctness slots" in out.stdout
@@ -27,7 +29,7 @@ def test_evaluator_bench_names_an_unknown_task_in_one_line():
 
 @pytest.mark.slow
 def test_aa_alone_runs_its_passes_logs_them_and_refuses_an_unknown_pass(tmp_path):
-    bench = [sys.executable, str(ROOT / "bench" / "aa_alone.py"), "--suite", "builtin", "--tasks", "softmax",
+    bench = [sys.executable, str(ROOT / "bench" / "aa_alone.py"), "--suite", "builtin", "--tasks", CHEAP,
              "--workers", "1", "--log", str(tmp_path / "trials.jsonl")]
     out = subprocess.run(bench + ["--passes", "engine,full"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]

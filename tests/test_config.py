@@ -12,10 +12,10 @@ import pytest
 import run
 from evolve.cli_options import parse, search_specs
 from evolve.config_file import PER_COMMAND, read_file, resume_conflicts
-from tests.conftest import ROOT
+from tests.conftest import CHEAP, ROOT
 
 RUN = [sys.executable, str(ROOT / "run.py")]
-TINY = 'suite = "builtin"\ntasks = ["softmax"]\nislands = 1\npopulation = 2\nworkers = 1\n'
+TINY = f'suite = "builtin"\ntasks = ["{CHEAP}"]\nislands = 1\npopulation = 2\nworkers = 1\n'
 
 
 def configs(*argv):
@@ -27,7 +27,7 @@ def test_a_file_sets_options_and_the_command_line_overrides_it(tmp_path):
     f.write_text(TINY + 'migration-interval = 2\ntimeout = 30\n[search]\nseed = 7\n')
     c = configs("--config", str(f), "--islands", "3", "--archive", str(tmp_path / "a.db"))
     assert (c.search.islands, c.search.population, c.search.seed, c.search.migration_interval) == (3, 2, 7, 2)
-    assert c.run.tasks == "softmax" and c.evaluation.timeout_s == 30.0 and c.evaluation.workers == 1
+    assert c.run.tasks == CHEAP and c.evaluation.timeout_s == 30.0 and c.evaluation.workers == 1
     assert c.run.options["islands"] == 3 and c.run.archive == tmp_path / "a.db"
     # a flag given at its default still overrides the file: `given` tells it from a default
     assert configs("--config", str(f), "--islands", "4", "--archive", str(tmp_path / "a.db")).search.islands == 4
@@ -89,7 +89,7 @@ def started(tmp_path_factory):
 def test_the_resolved_settings_are_stored_complete(started):
     stored = json.loads(rows(started / "a.db")[0][0][2])
     assert set(search_specs()) - set(PER_COMMAND) <= set(stored)
-    assert (stored["islands"], stored["population"], stored["generations"], stored["tasks"]) == (1, 2, 0, "softmax")
+    assert (stored["islands"], stored["population"], stored["generations"], stored["tasks"]) == (1, 2, 0, CHEAP)
 
 
 @pytest.mark.slow
@@ -100,7 +100,7 @@ def test_changes_a_resume_cannot_make_are_refused_together(started):
                         "--tasks", "softmax,matmul"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     for part in ("--seed 0 (this command: 4)", "--islands 1 (this command: 3)", "--generations 0",
-                 "--tasks softmax", "add --extend"):
+                 f"--tasks {CHEAP}", "add --extend"):
         assert part in p.stderr, p.stderr
     p = subprocess.run([*RUN, "--archive", str(db), "--population", "4"], capture_output=True, text=True,
                        timeout=120)
