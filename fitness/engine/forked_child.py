@@ -190,8 +190,8 @@ class _ShmWatch:
     shared memory, another run's), so it is left and named in the reason, and every later
     candidate of the pool fails while it is there (it could have been read)."""
 
-    def __init__(self, zygote: int | None, tainted: set[str]):
-        self.root = f"/proc/{zygote}/root/dev/shm" if zygote else "/dev/shm"
+    def __init__(self, zygote: int | None, tainted: set[str], root: str | None = None):
+        self.root = root or (f"/proc/{zygote}/root/dev/shm" if zygote else "/dev/shm")
         self.tainted = tainted  # the pool's, shared by its children
         self.before = self._entries()
         try:
@@ -226,9 +226,11 @@ class _ShmWatch:
     def note(self, held: set[str]) -> str:
         """Removes what appeared since the fork and is provably the candidate's; says what."""
         now = self._entries()
-        new = sorted(now - self.before)
         self.tainted &= now  # gone since: no longer a channel
-        seen = sorted(self.tainted & self.before)
+        # a child forked ahead of need (a spare) may predate what an earlier candidate left: the
+        # pool's record, not the fork's listing, says who left it (seen on the H200)
+        seen = sorted(self.tainted & now)
+        new = sorted(now - self.before - self.tainted)
         stale = (f"/dev/shm, shared with the machine, held {', '.join(seen[:4])} during its evaluation, left by "
                  "an earlier candidate and not removable (could have been read)") if seen else ""
         if not new:
