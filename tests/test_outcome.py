@@ -4,10 +4,10 @@ from dataclasses import replace
 
 from fitness.common.flags import Flag
 from fitness.engine.correctness import CorrectnessResult, Traces
-from fitness.engine.outcome import CleanChild, Evaluation, verdict_from
+from fitness.engine.outcome import CleanChild, Evaluation, reference_verdict, task_code_verdict, verdict_from
 from fitness.engine.replay import ReplayResult
 from fitness.engine.trials import TimingResult
-from fitness.engine.verdict import Failure
+from fitness.engine.verdict import TASK_CODE_RAISED, Failure
 from tests.timing_rows import timing_row
 
 CASES = ({"split": "tuning", "shape": {"M": 4}, "dtype": "float32", "seed": 1, "ok": True, "error": ""},
@@ -88,3 +88,20 @@ def test_a_script_task_whose_reference_fails_here_is_invalid_here_on_the_pool_s_
     v = verdict_from(_evaluation(flags=(Flag.AA_SENTINEL,), correctness=invalid))
     assert (v.stage, v.reason, v.device, v.sandbox) == ("parse", "the suite's test raised", "cpu", "bubblewrap")
     assert v.flags == [Flag.AA_SENTINEL, Flag.INVALID_HERE] and not v.passed
+
+
+def test_a_task_whose_reference_runs_here_is_valid_without_a_kernel_to_time():
+    v = reference_verdict(_evaluation(flags=(Flag.NO_SANDBOX,)), "cpu", "")
+    assert (v.stage, v.correct, v.heldout_correct, v.device) == ("correct", True, True, "cpu")
+    assert "the reference runs here" in v.reason and v.flags == [Flag.NO_SANDBOX] and v.speedup is None
+
+
+def test_a_task_whose_reference_cannot_run_here_is_invalid_here_and_says_why():
+    v = reference_verdict(_evaluation(), "cpu", "the reference needs CUDA")
+    assert not v.passed and v.reason == "the reference needs CUDA" and v.flags == [Flag.INVALID_HERE]
+    assert v.sandbox == "bubblewrap" and v.baseline == "the PyTorch reference"
+
+
+def test_a_task_whose_own_code_raised_fails_with_the_error_not_as_invalid_here():
+    v = task_code_verdict(_evaluation(), "cpu", "ValueError: shape")
+    assert not v.passed and v.reason == f"{TASK_CODE_RAISED}: ValueError: shape" and v.flags == []

@@ -37,7 +37,7 @@ from fitness.common.reference import ReferenceCache
 from fitness.engine.correctness import Correctness, Traces
 from fitness.engine.judges import Judge, judge_for
 from fitness.engine.measuring import BASELINE_CHILDREN, MeasuringTurn
-from fitness.engine.outcome import CleanChild, Evaluation, verdict_from
+from fitness.engine.outcome import CleanChild, Evaluation, reference_verdict, task_code_verdict, verdict_from
 from fitness.engine.outputs import EngineOracle
 from fitness.engine.pool import CancelCheck, Cancelled, WorkerFailure, WorkerPool
 from fitness.engine.reference_service import REFERENCE_CHILDREN, ReferenceService
@@ -49,7 +49,7 @@ from fitness.engine.script_eval import ScriptReferences
 from fitness.engine.settings import StageSettings
 from fitness.engine.static_gate import check_source
 from fitness.engine.trials import TimingResult
-from fitness.engine.verdict import TASK_CODE_RAISED, Failure, UnitStats, Verdict
+from fitness.engine.verdict import Failure, UnitStats, Verdict
 from suites.task import Task, failure_line
 
 # clean children at least (they replay, then time): one measuring, others replaying or getting ready;
@@ -168,9 +168,7 @@ class Evaluator:
                     return self.evaluate(t, t.start_source, timed, cancel=stop.is_set)
                 return self._reference_verdict(t, stop.is_set)
             except Exception as e:  # noqa: BLE001 - the task's own code (a reference raising on a drawn shape)
-                v = self._verdict(t)
-                v.reason, v.device = f"{TASK_CODE_RAISED}: {failure_line(e)}", self.pool.device()
-                return v  # that task fails; the others are validated
+                return task_code_verdict(self._evaluation(t), self.pool.device(), failure_line(e))
         ex = ThreadPoolExecutor(max(1, 2 * self.config.workers))
         try:
             futures = [ex.submit(one, t) for t in tasks]
@@ -185,22 +183,14 @@ class Evaluator:
     def retime(self, task: Task, source: str) -> Verdict:
         """A second measurement of a candidate (export's): the whole cascade again, since a
         timing rests on traces recorded and replayed for this very evaluation."""
-        return self.evaluate(task, source) or self._verdict(task)
+        return self.evaluate(task, source) or verdict_from(self._evaluation(task))
 
     def _reference_verdict(self, task: Task, cancel: CancelCheck | None = None) -> Verdict | None:
-        v = self._verdict(task)
         try:
             problem = self.reference_status(task, cancel)
         except Cancelled:
             return None
-        v.device = self.pool.device()
-        if problem:
-            v.reason = problem
-            v.flags.append(Flag.INVALID_HERE)
-        else:
-            v.stage, v.correct, v.heldout_correct = "correct", True, True
-            v.reason = "the reference runs here (the suite has no Triton starting kernel to time)"
-        return v
+        return reference_verdict(self._evaluation(task), self.pool.device(), problem)
 
     def evaluate(self, task: Task, source: str | bytes, timed: bool = True, cancel: CancelCheck | None = None,
                  aa: bool = False) -> Verdict | None:
@@ -222,10 +212,7 @@ class Evaluator:
         """Each stage in turn, handed what it needs; what each found, for verdict_from."""
         judge = self.judge(task)
         base_src = judge.baseline_source(aa)
-        # aa: an A/A sentinel, the starting kernel against itself, where the judge can say so
-        flags = ((Flag.AA_SENTINEL,) if aa else ()) + (() if self.sandbox.isolated else (Flag.NO_SANDBOX,))
-        found = Evaluation(task.name, self.sandbox.description, judge.aa_name if aa else judge.baseline_name,
-                           flags, self.gpu, timed)
+        found = self._evaluation(task, aa, timed)
         gate = check_source(source, task.entry, judge.allowance())
         if not gate.ok:
             return replace(found, gate=Failure(f"static gate: {gate.reason}", "none"))
@@ -243,8 +230,13 @@ class Evaluator:
         aa_source = source if not aa and judge.is_baseline(source) else None
         return replace(found, replay=replayed, timing=timing, clean=clean, aa_source=aa_source)
 
-    def _verdict(self, task: Task) -> Verdict:
-        return Verdict(task=task.name, sandbox=self.sandbox.description, baseline=self.judge(task).baseline_name)
+    def _evaluation(self, task: Task, aa: bool = False, timed: bool = True) -> Evaluation:
+        """An evaluation of `task` before any stage ran: what this evaluator says of every one."""
+        judge = self.judge(task)
+        # aa: an A/A sentinel, the starting kernel against itself, where the judge can say so
+        flags = ((Flag.AA_SENTINEL,) if aa else ()) + (() if self.sandbox.isolated else (Flag.NO_SANDBOX,))
+        return Evaluation(task.name, self.sandbox.description, judge.aa_name if aa else judge.baseline_name,
+                          flags, self.gpu, timed)
 
     def judge(self, task: Task) -> Judge:
         """The task's judge (fitness.engine.judges): what its kind decides, kept per task."""

@@ -14,7 +14,7 @@ from fitness.common.flags import Flag
 from fitness.engine.correctness import CorrectnessResult
 from fitness.engine.replay import ReplayResult
 from fitness.engine.trials import TimingResult
-from fitness.engine.verdict import Failure, Verdict, biased_aa
+from fitness.engine.verdict import TASK_CODE_RAISED, Failure, Verdict, biased_aa
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,28 @@ def verdict_from(e: Evaluation, elapsed_s: float = 0.0) -> Verdict:
         if v.timing.startswith("not timed"):
             v.reason += "; " + v.timing
     v.elapsed_s = elapsed_s
+    return v
+
+
+def reference_verdict(e: Evaluation, device: str, problem: str) -> Verdict:
+    """validate's verdict on a task with no Triton starting kernel (KernelBench): its reference
+    alone was run here; `problem` says why it cannot be, "" when it runs."""
+    v = verdict_from(e)
+    v.device = device
+    if problem:
+        v.reason = problem
+        v.flags.append(Flag.INVALID_HERE)
+    else:
+        v.stage, v.correct, v.heldout_correct = "correct", True, True
+        v.reason = "the reference runs here (the suite has no Triton starting kernel to time)"
+    return v
+
+
+def task_code_verdict(e: Evaluation, device: str, error: str) -> Verdict:
+    """validate's verdict on a task whose own code raised (a reference failing on a drawn shape):
+    that task fails, the others are validated."""
+    v = verdict_from(e)
+    v.device, v.reason = device, f"{TASK_CODE_RAISED}: {error}"
     return v
 
 
