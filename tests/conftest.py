@@ -63,12 +63,12 @@ def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path
 @pytest.fixture(scope="session")
 def cpu_search_archive(tmp_path_factory):
     """One real search on CPU (Triton interpreter), shared by the report tests: two tasks, two
-    islands of three, two generations (34 evaluations). A few minutes on two cores."""
+    islands of two, two generations (22 evaluations). A few minutes on two cores."""
     import subprocess
 
     def search(tmp: Path) -> None:
         cmd = [sys.executable, str(ROOT / "run.py"), "--suite", "builtin", "--tasks", f"{CHEAP},{CHEAP_TOO}",
-               "--islands", "2", "--generations", "2", "--population", "3", "--archive", str(tmp / "x.db"), "--export",
+               "--islands", "2", "--generations", "2", "--population", "2", "--archive", str(tmp / "x.db"), "--export",
                str(tmp / "best")]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp)
         assert p.returncode == 0, p.stderr[-2000:]

@@ -73,9 +73,9 @@ def test_exported_kernel_passes_check(finished):
 
 @pytest.mark.slow
 def test_sigkill_mid_generation_then_resume(tmp_path):
-    cmd = search_cmd(tmp_path, "--generations", "2", "--workers", "1")
+    cmd = search_cmd(tmp_path, "--generations", "2", "--workers", "1", "--population", "2")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    # gen 0 is 1 start + 2 x 2 mutants; kill once generation 1 has some, not all, evaluations
+    # gen 0 is 1 start + 2 x 1 mutant; kill once generation 1 has some, not all, evaluations
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
@@ -210,7 +210,7 @@ def test_time_limit_and_sigterm_stop_cleanly_and_export(tmp_path):
 @pytest.mark.slow
 def test_the_default_export_folder_is_named_after_the_archive(tmp_path):
     """Two archives of one suite never overwrite each other's exported kernels."""
-    cmd = search_cmd(tmp_path, "--generations", "0", "--time-limit", "60")
+    cmd = search_cmd(tmp_path, "--generations", "0", "--islands", "1", "--population", "2")
     i = cmd.index("--export")
     del cmd[i:i + 2]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
