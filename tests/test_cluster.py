@@ -80,7 +80,7 @@ def _unit_pids(cluster) -> list[int]:
 
 @pytest.mark.slow
 def test_a_unit_killed_in_the_middle_of_a_run_loses_no_evaluation(cluster, tmp_path):
-    run = search(tmp_path, "killed", "--cluster", cluster.scheduler_address, wait=False)
+    run = search(tmp_path, "killed", "--cluster", cluster.scheduler_address, wait=False, generations=1)
     path = tmp_path / "killed.db"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # the first verdicts are in: the units are busy
