@@ -33,8 +33,6 @@ class EngineOracle:
         """'' or what is wrong with a child's `outputs` (as they came, on the CPU) for `case`."""
         if outputs is None:
             return "no outputs returned"
-        if isinstance(outputs, tuple):  # a typed reply's (fitness.common.replies): a list, as the child sent it
-            outputs = list(outputs)
         if self.service is not None:
             problem = self.service.check(task, case, outputs)
             if problem is not None:

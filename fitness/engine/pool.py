@@ -312,10 +312,6 @@ class WorkerPool:
         with self.child(cancel, order) as child:
             return child.ask(req, timeout_s)
 
-    def greeting(self) -> Ready | None:
-        """The latest child's greeting; None before any child said hello."""
-        return self._ready
-
     def device(self, unknown: str = "") -> str:
         """What the pool's children run on, as they said; `unknown` before any did."""
         return self._ready.device if self._ready is not None else unknown
