@@ -71,7 +71,9 @@ def test_a_reference_child_that_died_is_replaced_and_the_comparison_still_answer
 @pytest.mark.slow
 def test_where_no_reference_child_can_answer_the_engine_compares_itself(builtin):
     nowhere = {"suite": "builtin", "name": "no-such-task", "path": None}  # the child cannot load it
-    with Evaluator(EvalConfig(workers=1, sandbox=False)) as ev:
+    # on the CPU, as the service's child and outputs_of are (on a GPU machine an "auto" evaluator
+    # drew its references on the GPU, other numbers: failed on the H200)
+    with Evaluator(EvalConfig(workers=1, sandbox=False, device="cpu")) as ev:
         s = ReferenceService(WorkerPool(1, detect(True), True, 4 << 30, clean=True), ev.references,
                              lambda t: nowhere, 60.0)
         ev.ref_service = ev.outputs.service = s  # as on a GPU machine (the oracle holds it since the stages split)
