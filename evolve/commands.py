@@ -108,8 +108,9 @@ def _validate_pass(tasks: Mapping[str, Task], options: ValidateOptions,
                 validation.merge(options.record, options.suite, v.device, {v.task: entries[v.task]})
             if not options.as_json:
                 sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
-                status = "correct" if v.passed else "invalid-here" if Flag.INVALID_HERE in v.flags and \
-                    task.script is not None else validation.stage_words(v.stage, v.reason)
+                status = "correct" if v.passed else "not replayable" if Flag.NOT_REPLAYABLE in v.flags else \
+                    "invalid-here" if Flag.INVALID_HERE in v.flags and task.script is not None else \
+                    validation.stage_words(v.stage, v.reason)
                 dropped = ref.dropped() if ref else ""
                 note = ("weak-test " if weak else "") + (f"{dropped}; " if dropped and not v.passed else dropped) + \
                     ("" if v.passed else validation.brief(v.reason, 110) if v.reason else "")
@@ -156,6 +157,7 @@ def list_tasks(tasks: Mapping[str, Task], suite: str, record: Path, as_json: boo
     def tags(name: str) -> str:
         e = marks.get(name, {})
         return ",".join(t for t, on in (("invalid-here", e.get("status") == validation.INVALID),
+                                        ("not-replayable", e.get("status") == validation.NOT_REPLAYABLE),
                                         ("weak-test", e.get("weak_test"))) if on)
     if as_json:
         print(json.dumps([{"name": t.name, "category": t.category, "entry": t.entry, "dtypes": list(t.dtypes),

@@ -15,6 +15,10 @@ from collections import Counter
 from pathlib import Path
 
 VALID, INVALID = "valid", "invalid-here"
+# the task's reference runs, and the replay cannot model its kernels' call: the engine's limit (the
+# verdict's flag of the same name), kept apart from tasks whose reference fails here
+NOT_REPLAYABLE = "not-replayable"
+UNUSABLE = (INVALID, NOT_REPLAYABLE)  # a search leaves these tasks out
 
 
 def record_path(suite: str, given: str | None = None) -> Path:
@@ -43,7 +47,9 @@ def entry(verdict, weak: bool, marks: dict | None = None) -> dict:
     """The record's entry for one task; `marks`: more it keeps (a script task's benchmark inputs
     dropped by the guard-band check, fitness.clean.guard_bands), only when there are any."""
     invalid = "invalid-here" in verdict.flags or not verdict.passed
-    return {"status": INVALID if invalid else VALID, "reason": "" if not invalid else short_reason(verdict.reason),
+    status = VALID if not invalid else NOT_REPLAYABLE if NOT_REPLAYABLE in verdict.flags else INVALID
+    whole = {"reason_whole": verdict.reason} if invalid and short_reason(verdict.reason) != verdict.reason else {}
+    return {"status": status, "reason": "" if not invalid else short_reason(verdict.reason), **whole,
             "weak_test": weak, "stage": verdict.stage, "speedup": verdict.speedup, **(marks or {})}
 
 
@@ -81,7 +87,7 @@ class RecordError(OSError):
 
 
 def invalid_tasks(record: dict) -> dict[str, str]:
-    return {n: e.get("reason", "") for n, e in record.get("tasks", {}).items() if e.get("status") == INVALID}
+    return {n: e.get("reason", "") for n, e in record.get("tasks", {}).items() if e.get("status") in UNUSABLE}
 
 
 def short_reason(reason: str) -> str:
@@ -146,6 +152,8 @@ def stage_words(stage: str, reason: str) -> str:
         return "timed out"
     if "out of memory" in low:
         return "out of memory"
+    if "not replayable: " in reason:
+        return "not replayable"
     if reason.startswith("replay:"):
         return "replay check"
     return {"none": "refused", "parse": "import error", "compile": "crashed", "call": "wrong result",
@@ -180,8 +188,19 @@ def reason_class(reason: str, starting: bool = False) -> str:
 
 def summary(entries: dict[str, dict], starting: bool = False) -> list[str]:
     valid = sum(e["status"] == VALID for e in entries.values())
-    lines = [f"{valid} of {len(entries)} tasks valid here; {len(entries) - valid} invalid-here"]
+    limits = Counter(replay_limit(e["reason"]) for e in entries.values() if e["status"] == NOT_REPLAYABLE)
+    invalid = len(entries) - valid - sum(limits.values())
+    lines = [f"{valid} of {len(entries)} tasks valid here; {invalid} invalid-here"
+             + (f"; {sum(limits.values())} not replayable (the replay's own limit, not the task's)" if limits else "")]
     classes = Counter(reason_class(e["reason"], starting) for e in entries.values() if e["status"] == INVALID)
     for label, n in classes.most_common():
         lines.append(f"  {n:4d}  {label}")
+    for label, n in limits.most_common():
+        lines.append(f"  {n:4d}  not replayable: {label}")
     return lines
+
+
+def replay_limit(reason: str) -> str:
+    """What a not-replayable reason names (the op or pattern), for a summary line."""
+    what = reason.split("not replayable: ", 1)[-1]
+    return brief(what.split(" (")[0].split(";")[0], 90)

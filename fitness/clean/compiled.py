@@ -13,9 +13,20 @@ from typing import Any
 
 import torch
 
+from fitness.common.flags import NOT_REPLAYABLE
+
 
 class ReplayError(Exception):
     """The trace cannot be replayed or did not replay as recorded; the message says why."""
+
+
+class NotReplayable(ReplayError):
+    """What the replay cannot model (an op or pattern of an honest call): the engine's limit, never
+    the candidate's failure. Its message starts with NOT_REPLAYABLE, which the verdict, validate's
+    table and record read as a status of its own."""
+
+    def __init__(self, what: str):
+        super().__init__(NOT_REPLAYABLE + what)
 
 
 def describe_compiled(kernel: Any) -> dict:

@@ -6,9 +6,10 @@ from typing import Any
 
 import torch
 
+from fitness.clean.aten_ops import AtenOp, AtenRefused, resolve, returns_views
+from fitness.clean.compiled import NotReplayable, check_launch_args, launch_compiled, load_compiled
 from fitness.clean.compiled import ReplayError as ReplayError  # re-exported: where a replay's failure was named
-from fitness.clean.compiled import check_launch_args, launch_compiled, load_compiled
-from fitness.clean.primitives import COPY, DTYPES, ENUMS, FILL, PRIMITIVES, READ, VIEW, Device, Prim, check_args
+from fitness.clean.primitives import ALLOC, COPY, DTYPES, ENUMS, FILL, PRIMITIVES, READ, VIEW, Device, Prim, check_args
 from fitness.clean.trace_check import check_trace as check_trace  # re-exported: the trace's shape, checked
 from fitness.common.inputs import work_elements
 
@@ -20,21 +21,42 @@ class Replayer:
     fitness.clean.kernel_source), and the engine's own primitives (fitness.clean.primitives)."""
 
     def __init__(self, trace: dict, device: str, kernels: dict[str, Any] | None = None,
-                 inplace: tuple[int, ...] = ()):
-        check_trace(trace, inplace)
+                 inplace: tuple[int, ...] = (), destinations: bool = False):
+        """`inplace`: the inputs a task updates in place (its outputs, in order); `destinations`:
+        the call's arguments include memory it writes its results to (a suite's wrapper, called
+        with the benchmark's own arguments: destination passing), so an output may be an input."""
+        check_trace(trace, inplace, destinations)
         self.trace = trace
         self.device = device
         self.interpreted = kernels is not None
         self.torch_elements = 0
         self.torch_ops: dict[str, int] = {}
+        self.stale_reads: list[str] = []  # host reads whose replayed value differs from the recorded one
         self.snapshots = {int(k): v.to(device) for k, v in trace["snapshots"].items()}
+        outputs = {o["__t__"]["t"] for o in trace["outputs"]}
+        # scratch: memory an allocation made that no output names; the replay's own, kept across
+        # calls so a timing's graph holds its addresses, and scrambled before every pass
+        # (fitness.clean.timing): nothing a call finds there is an earlier answer
+        self._scratch_ids = {i for i, b in enumerate(trace["buffers"]) if b["from"] == "op"} - outputs
+        self._arena: dict[int, torch.UntypedStorage] = {}
         # under the interpreter the kernels the engine built from the source; on a GPU, the recorded binaries
         self.kernels = kernels if kernels is not None else \
             {k: load_compiled(d) for k, d in trace["kernels"].items() if isinstance(k, str)}
 
+    @property
+    def writes_inputs(self) -> bool:
+        """Whether an output of the call is one of its inputs (a destination, or an in-place update)."""
+        buffers = self.trace["buffers"]
+        return any(buffers[o["__t__"]["t"]]["from"] == "input" for o in self.trace["outputs"])
+
+    def scratch(self) -> list[torch.Tensor]:
+        """Byte views of the replay's scratch memory (what the timing scrambles before each pass)."""
+        return [torch.empty(0, dtype=torch.uint8, device=s.device).set_(s) for s in self._arena.values()]
+
     def run(self, inputs: tuple) -> list[torch.Tensor]:
         self.torch_elements = 0
         self.torch_ops = {}
+        self.stale_reads = []
         bufs: dict[int, torch.UntypedStorage] = {}
         self.written: set[int] = set()  # buffers a launch or a writing step touched
         for bid, b in enumerate(self.trace["buffers"]):
@@ -43,7 +65,7 @@ class Replayer:
                 if not isinstance(a, torch.Tensor) or a.untyped_storage().nbytes() != b["nbytes"]:
                     raise ReplayError(f"input {b['index']} does not have the recorded layout")
                 bufs[bid] = a.untyped_storage()
-            elif b["from"] == "snapshot":
+            elif b["from"] == "snapshot":  # a module-level buffer: its recorded contents, afresh every call
                 bufs[bid] = self.snapshots[bid].clone().untyped_storage()
         for ev in self.trace["events"]:
             if ev["kind"] == "op":
@@ -94,29 +116,116 @@ class Replayer:
             raise ReplayError(f"a recorded view does not fit its buffer: {e}") from None
 
     def _op(self, ev: dict, bufs: dict) -> None:
-        """One recorded torch op, by the engine's own primitive of that key (never a lookup in torch)."""
+        """One recorded torch op: the engine's own primitive of that key, else the aten op of that
+        name resolved in this process (fitness.clean.aten_ops); any other namespace fails."""
         key = f"{ev.get('name')}.{ev.get('overload') or 'default'}"
-        prim = PRIMITIVES.get(key) if ev.get("ns") == "aten" else None
-        if prim is None:
+        if ev.get("ns") != "aten":
             raise ReplayError(f"torch did work outside Triton kernels that the replay cannot verify: the trace "
-                              f"holds {str(ev.get('ns'))[:40]}::{key[:80]}, not one of the engine's primitives "
-                              "(views, allocation, fills, copies, elementwise basics)")
+                              f"holds {str(ev.get('ns'))[:40]}::{key[:80]}, an op outside torch's own aten namespace")
+        prim = PRIMITIVES.get(key)
+        if prim is None:
+            self._aten(ev, bufs)
+            return
         args = self._decode(ev["args"], bufs)
         kwargs = self._decode(ev.get("kwargs") or {"__d__": {}}, bufs, kw=True)
         if not isinstance(kwargs, dict):
             raise ReplayError(f"{key}: unreadable keywords in the trace")
         check_args(key, prim, args, kwargs)
+        if prim.effect == ALLOC and self._scratch(ev, bufs):
+            return
         sources = {a.untyped_storage().data_ptr() for a in _flat(args) if isinstance(a, torch.Tensor)}
         try:
             out = prim.impl(self.device, *args, **kwargs)
         except (RuntimeError, ValueError, TypeError, IndexError, OverflowError) as e:
             raise ReplayError(f"{key} failed on the recorded arguments: {str(e)[:200]}") from None
-        if prim.effect == READ:  # a number for the host: the trace's later steps carry their own values
-            if type(ev.get("out")) not in (bool, int, float) or args[0].numel() != 1:
+        if prim.effect == READ:  # a number for the host, read on the replay's own values
+            if args[0].numel() != 1:
                 raise ReplayError(f"{key} did not read the one-element tensor the trace recorded")
+            self._read(key, ev.get("out"), out)
             return
         made = self._bind(ev.get("out"), out, bufs, key)
         self._account(key, prim, args, out, made, sources)
+
+    def _read(self, key: str, recorded: object, value: object) -> None:
+        """A value the call's host code read (`.item()`, `bool(t)`): the recorded program carries
+        the recorded value onwards, so where the replay's differs the replay notes it (a wrong
+        result then is the replay's limit, not the candidate's: fitness.engine.replay)."""
+        if type(recorded) not in (bool, int, float):
+            raise ReplayError(f"{key} did not read the one-element tensor the trace recorded")
+        same = recorded == value or (isinstance(value, float) and value != value and recorded != recorded)
+        if not same and len(self.stale_reads) < 4:
+            self.stale_reads.append(f"{key.split('.')[0]} read {value!r} on the replay's inputs where the call "
+                                    f"recorded {recorded!r}")
+
+    def _scratch(self, ev: dict, bufs: dict) -> bool:
+        """An allocation no output names, bound to the replay's own scratch memory for its buffer
+        (made once, then kept: see __init__); False when the step makes an output."""
+        declared = ev.get("out")
+        r = declared.get("__t__") if isinstance(declared, dict) else None
+        bid = r.get("t") if isinstance(r, dict) else None
+        if type(bid) is not int or bid not in self._scratch_ids or bid in bufs:
+            return False
+        storage = self._arena.get(bid)
+        if storage is None:
+            nbytes = self.trace["buffers"][bid]["nbytes"]
+            storage = self._arena[bid] = torch.empty(nbytes, dtype=torch.uint8, device=self.device).untyped_storage()
+        self._tensor(r, {bid: storage})  # the recorded view fits it, or a ReplayError
+        bufs[bid] = storage
+        return True
+
+    def _aten(self, ev: dict, bufs: dict) -> None:
+        """An aten op outside the primitive table, resolved here; its writes and views read from its
+        schema, its results bound to the recorded buffers, its work counted."""
+        try:
+            op = resolve(ev.get("name"), ev.get("overload"))
+        except AtenRefused as e:
+            raise (NotReplayable(str(e)) if e.limit else ReplayError(
+                f"torch did work outside Triton kernels that the replay cannot verify: {e}")) from None
+        args = self._here(self._decode(ev["args"], bufs))
+        kwargs = self._here(self._decode(ev.get("kwargs") or {"__d__": {}}, bufs, kw=True))
+        if not isinstance(kwargs, dict):
+            raise ReplayError(f"{op.key}: unreadable keywords in the trace")
+        sources = {a.untyped_storage().data_ptr() for a in _flat(args) if isinstance(a, torch.Tensor)}
+        owner = {s.data_ptr(): b for b, s in bufs.items()}
+        try:
+            out = op.op(*args, **kwargs)
+        except (RuntimeError, ValueError, TypeError, IndexError, OverflowError, NotImplementedError) as e:
+            raise ReplayError(f"{op.key} failed on the recorded arguments: {str(e)[:200]}") from None
+        declared = ev.get("out")
+        if type(declared) in (bool, int, float):  # a number for the host (aten::is_nonzero, aten::equal)
+            self._read(op.key, declared, out)
+            return
+        made = [] if declared is None and out is None else self._bind_sized(op, declared, out, bufs)
+        writes = [owner[t.untyped_storage().data_ptr()] for t in op.written(args, kwargs)
+                  if t.untyped_storage().data_ptr() in owner]
+        results = [o for o in _flat(out) if isinstance(o, torch.Tensor)]
+        view = not writes and returns_views(op) and all(o.untyped_storage().data_ptr() in sources for o in results)
+        if view:
+            return
+        self.written.update(writes + made)
+        n = work_elements(args, out)
+        self.torch_elements += n
+        self.torch_ops[op.key] = self.torch_ops.get(op.key, 0) + n
+
+    def _bind_sized(self, op: AtenOp, declared: Any, out: Any, bufs: dict) -> list[int]:
+        """_bind, where a result whose size depends on the values (aten::nonzero) is the replay's
+        limit when it differs from the recorded one."""
+        try:
+            return self._bind(declared, out, bufs, op.key)
+        except ReplayError as e:
+            if torch.Tag.dynamic_output_shape in op.op.tags or torch.Tag.data_dependent_output in op.op.tags:
+                raise NotReplayable(f"a result whose shape depends on the values ({e})") from None
+            raise
+
+    def _here(self, x: Any) -> Any:
+        """Decoded arguments with every device the trace named made the replay's own."""
+        if isinstance(x, Device):
+            return torch.device(self.device)
+        if isinstance(x, list):
+            return [self._here(v) for v in x]
+        if isinstance(x, dict):
+            return {k: self._here(v) for k, v in x.items()}
+        return x
 
     def _account(self, key: str, prim: Prim, args: list, out: Any, made: list[int], sources: set[int]) -> None:
         """Work by what the step did to memory: a view whose result left its source's storage is

@@ -185,13 +185,15 @@ def _fresh_seed() -> None:
 class TimedSide:
     def __init__(self, fn, draws: list[tuple], n_seeds: int | None = None,
                  more: Callable[[int], tuple] | None = None, fresh: Callable[[int], tuple] | None = None,
-                 inplace: bool = False):
+                 inplace: bool = False, scratch: Callable[[], list[torch.Tensor]] | None = None):
         """`draws`: the side's first draws (device inputs); `more(k)`: the k-th draw of the engine's
         seeds, made when the input sets need it (`n_seeds` of them in all); `fresh(seed)`: a draw
         from any seed, for trials of fresh draws; `inplace`: the call updates its inputs, so every
         pass starts from the trial's draws again (else the checked pass would hold `passes`
-        updates where the reference made one)."""
+        updates where the reference made one); `scratch()`: memory the call keeps between calls
+        that is no output (a replay's scratch: fitness.clean.replayer), scrambled with the outputs."""
         self.fn, self.draws, self.more, self.fresh = fn, list(draws), more, fresh
+        self.scratch = scratch or list
         self.inplace = inplace
         self.n_seeds = n_seeds or len(draws)
         first = next((a for a in tensors_of(self.draws[0]) if isinstance(a, torch.Tensor)), None)
@@ -218,7 +220,7 @@ class TimedSide:
     def _call_scrambled(self, args: tuple) -> object:
         """An untimed call whose outputs are scrambled before their memory goes back."""
         out = self.fn(*args)
-        scramble(scramble_targets(_as_list(out), [args]))
+        scramble(scramble_targets(_as_list(out) + self.scratch(), [args]))
         return out
 
     def calibrate(self) -> dict:
@@ -236,7 +238,7 @@ class TimedSide:
             w.stop()
             _sync(self.cuda)
             times.append(w.ms())
-            scramble(scramble_targets(_as_list(out), [args]))
+            scramble(scramble_targets(_as_list(out) + self.scratch(), [args]))
         return {"t_one_ms": statistics.median(times), "in_bytes": nbytes(self.draws[0]), "l2_bytes": self.l2_bytes,
                 "warm_ms": round((time.perf_counter() - t0) * 1e3, 2)}
 
@@ -296,7 +298,7 @@ class TimedSide:
     def _scramble_graph(self, outs: list) -> Callable[[], None]:
         """The scrambling of the graph's outputs as one graph of its own (one launch a pass, not one
         per output), or, if that cannot be captured, the same work launched eagerly."""
-        views = scramble_targets(outs, self.sets)
+        views = scramble_targets(list(outs) + self.scratch(), self.sets)
         rng = torch.cuda.default_generators[torch.cuda.current_device()]
         saved = rng.clone_state()
         try:
@@ -342,7 +344,7 @@ class TimedSide:
                 self.held = [[o.detach().clone() for o in tensors_of(outs[i])] for i in picks]
             if self.method != "cuda-graph":  # the pass's outputs scrambled before the allocator reuses them
                 _fresh_seed()
-                scramble(scramble_targets(self.eager_outs, self.sets))
+                scramble(scramble_targets(self.eager_outs + self.scratch(), self.sets))
                 self.eager_outs = []
         self.region_ms = total
         return total / (len(self.sets) * passes)

@@ -12,10 +12,12 @@ from fitness.clean.compiled import ReplayError
 _SOURCES = ("input", "op", "snapshot")
 
 
-def check_trace(trace: object, inplace: tuple[int, ...] = ()) -> None:
+def check_trace(trace: object, inplace: tuple[int, ...] = (), destinations: bool = False) -> None:
     """The trace's shape, before anything of it runs: every field of the kind the replay reads,
-    every buffer named by a known origin, every output a buffer the call itself made, or, for a
-    task that updates inputs in place (`inplace`: their indices), output i that input inplace[i].
+    every buffer named by a known origin, every output a buffer the call made or a module-level
+    buffer it wrote (the replay checks the writing), or, for a task that updates inputs in place
+    (`inplace`: their indices), output i that input inplace[i]; with `destinations` (a suite's
+    call, whose arguments may be where it writes its results), any input it wrote.
     A ReplayError says what could not be read (a trace the replayer cannot interpret fails the
     candidate)."""
     if not isinstance(trace, dict):
@@ -51,7 +53,51 @@ def check_trace(trace: object, inplace: tuple[int, ...] = ()) -> None:
             if i >= len(inplace) or buffers[bid]["index"] != inplace[i]:
                 raise ReplayError(f"output {i} of the trace is input {buffers[bid]['index']} of the call, not the "
                                   f"input the task updates in place there")
-        elif buffers[bid]["from"] != "op":
-            where = "an input of the call" if buffers[bid]["from"] == "input" else \
-                "memory that appeared from outside the recorded call"
-            raise ReplayError(f"output {i} of the trace is {where}, not memory the call made")
+        elif buffers[bid]["from"] == "input" and not destinations:
+            raise ReplayError(f"output {i} of the trace is input {buffers[bid]['index']} of the call, which the "
+                              "task does not update in place (a task that does says so: INPLACE)")
+
+
+def program_of(trace: dict) -> tuple:
+    """What a checked trace runs, values aside: each op's name and each launch's kernel and grid,
+    with every tensor's layout, and the launches' integer and flag arguments (block sizes and
+    switches under the interpreter, where a kernel's constexprs are plain arguments). Float
+    scalars and, after a host read (`.item()`), every number may follow the values, so they are
+    left out. Two calls of one shape and dtype run one program (fitness.engine.replay)."""
+    reads = False
+    steps: list[tuple] = []
+    for ev in trace["events"]:
+        if ev.get("kind") == "op":
+            reads = reads or ev.get("name") == "_local_scalar_dense" or type(ev.get("out")) in (bool, int, float)
+            steps.append(("op", str(ev.get("ns")), str(ev.get("name")), str(ev.get("overload")),
+                          _layout(ev.get("args"), False), _layout(ev.get("kwargs"), False)))
+        else:
+            grid = () if reads else tuple(ev.get("grid") or ())
+            steps.append(("launch", str(ev.get("kernel")), grid, _layout(ev.get("args"), not reads),
+                          _layout(ev.get("kwargs"), not reads)))
+    return tuple(steps)
+
+
+def _layout(x: object, ints: bool) -> object:
+    """A recorded argument as its structure: tensors by size, stride and dtype; ints and bools
+    kept where `ints`; other scalars as their type."""
+    if isinstance(x, list):
+        return tuple(_layout(v, ints) for v in x)
+    if isinstance(x, dict):
+        ref = x.get("__t__") or x.get("__tw__")
+        if isinstance(ref, dict):
+            return ("T", str(ref.get("size")), str(ref.get("stride")), str(ref.get("dtype")), str(ref.get("as", "")))
+        return tuple(sorted((str(k), _layout(v, ints)) for k, v in x.items()))
+    if type(x) in (bool, int):
+        return x if ints else "int"
+    return type(x).__name__
+
+
+def first_difference(a: tuple, b: tuple) -> str:
+    """Where two programs (program_of) part, in words."""
+    if len(a) != len(b):
+        return f"{len(a)} steps against {len(b)}"
+    k = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    what = {"op": lambda s: f"aten::{s[2]}.{s[3]}", "launch": lambda s: f"kernel {s[1][:60]} on grid {s[2]}"}
+    return f"step {k}: {what[a[k][0]](a[k])} against {what[b[k][0]](b[k])}" + \
+        (" (the same, with other arguments)" if a[k][:3] == b[k][:3] else "")

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from enum import Enum
 
+# how a failure the replay's own limits caused begins (fitness.clean.compiled.NotReplayable): the
+# verdict flags it Flag.NOT_REPLAYABLE, validate gives it a status of its own
+NOT_REPLAYABLE = "not replayable: "
+
 # a speedup above this is flagged for review (fitness.engine.verdict): the flag's name carries it
 SUSPICIOUS_SPEEDUP = 10.0
 
@@ -21,6 +25,7 @@ class Flag(str, Enum):
     TIMING_BIASED = "timing-biased"  # the baseline's code times unlike its own kernels replayed
     NOISY_TIMING = "noisy-timing"  # a shape's trials spread more than the noise bound
     GPU_IDLE_UNVERIFIED = "gpu-idle-unverified"  # NVML could not show the GPU's other processes
+    NOT_REPLAYABLE = "not-replayable"  # the replay cannot model the call (the engine's limit, not the candidate's)
     FASTER_THAN_ROOFLINE = "faster-than-roofline"  # faster than the device's ceilings on some shape
     SPEEDUP_REVIEW = f"speedup-over-{SUSPICIOUS_SPEEDUP:g}x-review"  # too good to trust unreviewed
 

@@ -42,6 +42,7 @@ class ReplayResult(Record):
     outputs: tuple[torch.Tensor, ...] = ()
     torch_elements: int = 0  # elements the replay's torch primitives computed
     torch_ops: dict[str, int] = field(default_factory=dict)  # those elements by op
+    stale_reads: tuple[str, ...] = ()  # host reads (.item()) whose replayed value differs from the recorded one
     error: str | None = None
     fatal: bool = False
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fitness.common.flags import Flag
+from fitness.common.flags import NOT_REPLAYABLE, Flag
 from fitness.engine.correctness import CorrectnessResult
 from fitness.engine.replay import ReplayResult
 from fitness.engine.trials import TimingResult
@@ -93,6 +93,8 @@ def task_code_verdict(e: Evaluation, device: str, error: str) -> Verdict:
 def _failed(v: Verdict, failure: Failure) -> None:
     v.reason, v.stage = failure.reason, failure.stage
     v.flags += failure.flags
+    if NOT_REPLAYABLE in failure.reason and Flag.NOT_REPLAYABLE not in v.flags:  # the engine's limit, named
+        v.flags.append(Flag.NOT_REPLAYABLE)
 
 
 def _correctness(v: Verdict, c: CorrectnessResult) -> None:

@@ -12,6 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from fitness.clean.compiled import ReplayError
+from fitness.clean.trace_check import check_trace, first_difference, program_of
+from fitness.common.flags import NOT_REPLAYABLE
 from fitness.common.inputs import TORCH_WORK_SHARE
 from fitness.common.messages import Replay, ReplayItem
 from fitness.common.replies import ReplayResult as ReplayedCall
@@ -59,7 +62,8 @@ class Replayer:
                       if judge.replays)
         if not items:
             return ReplayResult()
-        problem = next((p for p in (inplace_problem(task, item.trace) for item in items) if p), "")
+        problem = next((p for p in (inplace_problem(task, item.trace) for item in items) if p), "") \
+            or program_problem(calls)
         if problem:
             return _failed(f"replay: {problem}")
         for item in items[:REFERENCES_AHEAD]:
@@ -97,11 +101,38 @@ class Replayer:
                 ops = ", ".join(f"{k} ({n} elements)" for k, n in by_size)
                 return Failure(f"torch did work outside Triton kernels (counted on the replay): {ops}", "call")
             problem = self.outputs.check_case(task, case, res.outputs)
+            if problem and res.stale_reads:  # the recorded program went on with the recorded values
+                return Failure(f"replay: {NOT_REPLAYABLE}the call's host code reads device values that differ on "
+                               f"fresh inputs ({'; '.join(res.stale_reads)}; {where}), and a replay cannot run "
+                               f"host code again: the recorded program, replayed, gave: {problem}", "call")
             if problem:
                 return Failure(f"replay: the recorded kernels, replayed alone on fresh inputs ({where}), "
                                f"gave a wrong result: {problem}; work done outside the candidate's Triton "
                                f"kernels (torch, numpy, Python, an answer prepared earlier) does not count", "call")
         return None
+
+
+def program_problem(calls: list[tuple[dict, dict]]) -> str:
+    """'' when every call of one shape and dtype ran one program (fitness.clean.trace_check.program_of):
+    a candidate cannot pick what it is judged on (a safe kernel for inputs that look like a variant,
+    another for the call it guesses is timed), since the timed trace is one of these calls."""
+    seen: dict[tuple, tuple[dict, tuple]] = {}
+    for case, trace in calls:
+        try:
+            check_trace(trace)
+            prog = program_of(trace)
+        except ReplayError:
+            continue  # the replay of that call names what is wrong with it
+        key = (repr(sorted(case["shape"].items())), case["dtype"])
+        if key not in seen:
+            seen[key] = (case, prog)
+        elif seen[key][1] != prog:
+            first = seen[key][0]
+            return (f"the call's program changes between calls of shape {case['shape']} {case['dtype']} (seed "
+                    f"{first.get('seed')} and seed {case.get('seed')}, {case.get('variant') or 'plain'} inputs): "
+                    f"{first_difference(seen[key][1], prog)}; every call of a shape must launch the same kernels "
+                    "and ops, whatever its values")
+    return ""
 
 
 def inplace_problem(task: Task, trace: Any) -> str:

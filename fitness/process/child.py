@@ -253,7 +253,7 @@ class Child(ScriptSide):
         for item in req.items:
             t0 = time.perf_counter()
             try:
-                replayer = Replayer(item.trace, self.device, kernels, task.inplace)
+                replayer = Replayer(item.trace, self.device, kernels, task.inplace, task.script is not None)
                 t0 = self._tick("replay_load", t0)
                 args = tuple(to_device(a, self.device)
                              for a in draw_inputs(task, item.case, item.case["seed"], self.device))
@@ -263,7 +263,8 @@ class Child(ScriptSide):
                     torch.cuda.synchronize()
                 t0 = self._tick("replay_run", t0)
                 results.append({"outputs": [o.to("cpu", copy=True) for o in outs],
-                                "torch_elements": replayer.torch_elements, "torch_ops": replayer.torch_ops})
+                                "torch_elements": replayer.torch_elements, "torch_ops": replayer.torch_ops,
+                                "stale_reads": replayer.stale_reads})
             except ReplayError as e:
                 results.append({"error": f"replay: {e}"})
             except BaseException as e:  # noqa: BLE001 - a recorded kernel that faults is the candidate's
@@ -297,9 +298,12 @@ class Child(ScriptSide):
         torch.cuda.empty_cache()  # the draws' temporaries: a long-lived baseline child keeps only its sides
         t0 = self._tick("draws", t0)
         cost: Callable[[], list] | None = None
+        scratch: Callable[[], list] | None = None
+        writes_inputs = False
         if req.trace is not None:
-            replayer = Replayer(req.trace, "cuda", inplace=task.inplace)
+            replayer = Replayer(req.trace, "cuda", inplace=task.inplace, destinations=task.script is not None)
             self._tick("replay_load", t0)
+            scratch, writes_inputs = replayer.scratch, replayer.writes_inputs
 
             def fn(*args: Any) -> Any:
                 return replayer.run(args)
@@ -308,7 +312,9 @@ class Child(ScriptSide):
 
             def cost() -> list:  # the cost model is suite code: the clean side runs it
                 return list(task.cost(case["shape"], case["dtype"]))
-        side = TimedSide(fn, draws, len(seeds), draw, fresh, inplace=bool(task.inplace))
+        # a destination the call writes is an input: each pass starts from the trial's draws again
+        side = TimedSide(fn, draws, len(seeds), draw, fresh, inplace=bool(task.inplace) or writes_inputs,
+                         scratch=scratch)
         return self.timing.prepare(str(req.slot), side, cost)
 
     def _baseline(self, task: Task, baseline_source: str | None) -> Callable[..., Any]:
