@@ -61,9 +61,11 @@ def check_trace(trace: object, inplace: tuple[int, ...] = (), destinations: bool
 def program_of(trace: dict) -> tuple:
     """What a checked trace runs, values aside: each op's name and each launch's kernel and grid,
     with every tensor's layout, and the launches' integer and flag arguments (block sizes and
-    switches under the interpreter, where a kernel's constexprs are plain arguments). Float
-    scalars and, after a host read (`.item()`), every number may follow the values, so they are
-    left out. Two calls of one shape and dtype run one program (fitness.engine.replay)."""
+    switches under the interpreter, where a kernel's constexprs are plain arguments; on a GPU the
+    kernel's key is its compiled binary, constexprs included). Float scalars may follow the
+    values, so they are left out, and so, after a host read (`.item()`), are grids and positional
+    integers (a row or a length read from the device); keyword integers, as constexprs are passed,
+    stay. Two calls of one shape and dtype run one program (fitness.engine.replay)."""
     reads = False
     steps: list[tuple] = []
     for ev in trace["events"]:
@@ -74,7 +76,7 @@ def program_of(trace: dict) -> tuple:
         else:
             grid = () if reads else tuple(ev.get("grid") or ())
             steps.append(("launch", str(ev.get("kernel")), grid, _layout(ev.get("args"), not reads),
-                          _layout(ev.get("kwargs"), not reads)))
+                          _layout(ev.get("kwargs"), True)))
     return tuple(steps)
 
 
