@@ -42,7 +42,11 @@ def test_each_kind_names_its_baseline_and_what_is_timed(builtin, tmp_path):
     assert start.baseline_source() == builtin["softmax"].start_source
     task = next(iter(load_tritonbench(str(write_tritonbench(tmp_path))).values()))
     script = _judge_for(task)
-    assert isinstance(script, ScriptJudge) and script.timed_split == "timing" and not script.replays
+    # under the interpreter a benchmark call is replayed here; on a GPU the timing replays them
+    assert isinstance(script, ScriptJudge) and script.timed_split == "timing" and script.replays
+    on_gpu = judge_for(task, StageSettings(gpu=True, interpret=False), EngineOracle(ReferenceCache()),
+                       ScriptReferences(None, (0, 1), False, 10.0, StageSettings().task_spec))
+    assert not on_gpu.replays
     assert script.baseline_name == task.script.baseline_name and script.baseline_source() is None
     assert script.allowance() == allowance(task.script.reference_source)
     assert isinstance(_judge_for(builtin["softmax"]), FunctionJudge)

@@ -49,9 +49,10 @@ def test_the_recorders_own_snapshot_is_not_part_of_the_recorded_call():
     assert [ln.split()[0] for ln in lines if ln.split()[0] in ("op", "launch")] == ["launch"], out.stdout
     assert "buffers: [('input', 16777216), ('snapshot', 16777216)]" in out.stdout
     assert lines[2].endswith("problem: ")
-    # the answer is the snapshot itself: the replay refuses an output the call did not make
-    assert "replay refused: output 0 of the trace is memory that appeared from outside the recorded call" \
-        in out.stdout, out.stdout
+    # the answer is the snapshot itself (a module-level buffer, as far as the trace says): the
+    # replay restores its recorded contents, which are stale on the fresh inputs
+    verdict = next(ln for ln in lines if ln.startswith("replay vs reference:"))
+    assert verdict != "replay vs reference: ok" and "outside tolerance" in verdict, out.stdout
 
 
 def _reinterpreting_softmax() -> str:

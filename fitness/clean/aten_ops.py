@@ -52,6 +52,7 @@ class AtenOp:
     op: torch._ops.OpOverload
     written_args: tuple[str, ...]
     random: bool
+    allocates: bool  # returns new memory it leaves unwritten (aten::empty_permuted, aten::new_empty_strided)
 
     def written(self, args: list, kwargs: dict) -> list[torch.Tensor]:
         """The tensors this call writes, by the schema's names and positions."""
@@ -84,7 +85,8 @@ def resolve(name: object, overload: object) -> AtenOp:
             or op.namespace != "aten":
         raise AtenRefused(f"{key} is not an aten op")
     written = tuple(a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write)
-    return AtenOp(key, op, written, torch.Tag.nondeterministic_seeded in op.tags)
+    allocates = name.startswith(("empty", "new_empty")) and not written
+    return AtenOp(key, op, written, torch.Tag.nondeterministic_seeded in op.tags, allocates)
 
 
 def returns_views(op: AtenOp) -> bool:

@@ -209,3 +209,22 @@ def _exec(kept: list[ast.stmt], ns: dict, module_name: str) -> dict[str, Any]:
         if type(fn).__name__ in ("InterpretedFunction", "JITFunction"):
             kernels[f"{module_name}:{node.name}"] = fn
     return kernels
+
+
+def constexpr_params(source: str) -> dict[str, tuple[tuple[int, ...], frozenset[str]]]:
+    """{qualname: (positions, names)} of each top-level @triton.jit kernel's `tl.constexpr`
+    parameters, read from the source's syntax alone (nothing of it runs): under the interpreter,
+    a launch's constexprs are plain arguments, and they are what makes two launches of one kernel
+    different programs (fitness.clean.trace_check.program_of)."""
+    try:
+        tree = ast_lock.parse(source)
+    except SyntaxError:
+        return {}
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and _jit_decorator(node) is not None:
+            params = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            marked = [(i, p.arg) for i, p in enumerate(params)
+                      if p.annotation is not None and "constexpr" in ast.unparse(p.annotation)]
+            found[node.name] = (tuple(i for i, _ in marked), frozenset(n for _, n in marked))
+    return found

@@ -11,7 +11,7 @@ from fitness.clean.compiled import NotReplayable, check_launch_args, launch_comp
 from fitness.clean.compiled import ReplayError as ReplayError  # re-exported: where a replay's failure was named
 from fitness.clean.primitives import ALLOC, COPY, DTYPES, ENUMS, FILL, PRIMITIVES, READ, VIEW, Device, Prim, check_args
 from fitness.clean.trace_check import check_trace as check_trace  # re-exported: the trace's shape, checked
-from fitness.common.inputs import work_elements
+from fitness.common.inputs import poison_value, work_elements
 
 
 class Replayer:
@@ -21,10 +21,15 @@ class Replayer:
     fitness.clean.kernel_source), and the engine's own primitives (fitness.clean.primitives)."""
 
     def __init__(self, trace: dict, device: str, kernels: dict[str, Any] | None = None,
-                 inplace: tuple[int, ...] = (), destinations: bool = False):
+                 inplace: tuple[int, ...] = (), destinations: bool = False, fill: str | None = "poison"):
         """`inplace`: the inputs a task updates in place (its outputs, in order); `destinations`:
         the call's arguments include memory it writes its results to (a suite's wrapper, called
-        with the benchmark's own arguments: destination passing), so an output may be an input."""
+        with the benchmark's own arguments: destination passing), so an output may be an input;
+        `fill`: what memory allocated for an output holds before the call writes it: "poison" (NaN,
+        or the largest integer), so an element it leaves unwritten is wrong whatever the allocator
+        handed back; "zero" for a suite's call, whose reference ran with `torch.empty` zeroed
+        (suites.script.ZeroedEmpty), scratch zeroed too; None for a timed replay, whose outputs
+        and scratch the timing scrambles outside the timed region (fitness.clean.timing)."""
         check_trace(trace, inplace, destinations)
         self.trace = trace
         self.device = device
@@ -39,6 +44,7 @@ class Replayer:
         # (fitness.clean.timing): nothing a call finds there is an earlier answer
         self._scratch_ids = {i for i, b in enumerate(trace["buffers"]) if b["from"] == "op"} - outputs
         self._arena: dict[int, torch.UntypedStorage] = {}
+        self._fill = fill
         # under the interpreter the kernels the engine built from the source; on a GPU, the recorded binaries
         self.kernels = kernels if kernels is not None else \
             {k: load_compiled(d) for k, d in trace["kernels"].items() if isinstance(k, str)}
@@ -138,6 +144,8 @@ class Replayer:
             out = prim.impl(self.device, *args, **kwargs)
         except (RuntimeError, ValueError, TypeError, IndexError, OverflowError) as e:
             raise ReplayError(f"{key} failed on the recorded arguments: {str(e)[:200]}") from None
+        if prim.effect == ALLOC:
+            self._poisoned(out)
         if prim.effect == READ:  # a number for the host, read on the replay's own values
             if args[0].numel() != 1:
                 raise ReplayError(f"{key} did not read the one-element tensor the trace recorded")
@@ -168,19 +176,28 @@ class Replayer:
         storage = self._arena.get(bid)
         if storage is None:
             nbytes = self.trace["buffers"][bid]["nbytes"]
-            storage = self._arena[bid] = torch.empty(nbytes, dtype=torch.uint8, device=self.device).untyped_storage()
+            made = torch.zeros if self._fill == "zero" else torch.empty
+            storage = self._arena[bid] = made(nbytes, dtype=torch.uint8, device=self.device).untyped_storage()
         self._tensor(r, {bid: storage})  # the recorded view fits it, or a ReplayError
         bufs[bid] = storage
         return True
 
+    def _poisoned(self, out: Any) -> None:
+        """A new output allocation filled as __init__ says; scratch is the arena's."""
+        if self._fill is not None and type(out) is torch.Tensor and out.numel():
+            out.fill_(poison_value(out.dtype) if self._fill == "poison" else 0)
+
     def _aten(self, ev: dict, bufs: dict) -> None:
         """An aten op outside the primitive table, resolved here; its writes and views read from its
-        schema, its results bound to the recorded buffers, its work counted."""
+        schema, its results bound to the recorded buffers, its work counted. An allocation
+        (aten::empty_permuted, ...) writes nothing: bound to scratch or poisoned as the table's are."""
         try:
             op = resolve(ev.get("name"), ev.get("overload"))
         except AtenRefused as e:
             raise (NotReplayable(str(e)) if e.limit else ReplayError(
                 f"torch did work outside Triton kernels that the replay cannot verify: {e}")) from None
+        if op.allocates and self._scratch(ev, bufs):
+            return
         args = self._here(self._decode(ev["args"], bufs))
         kwargs = self._here(self._decode(ev.get("kwargs") or {"__d__": {}}, bufs, kw=True))
         if not isinstance(kwargs, dict):
@@ -196,6 +213,9 @@ class Replayer:
             self._read(op.key, declared, out)
             return
         made = [] if declared is None and out is None else self._bind_sized(op, declared, out, bufs)
+        if op.allocates:
+            self._poisoned(out)
+            return
         writes = [owner[t.untyped_storage().data_ptr()] for t in op.written(args, kwargs)
                   if t.untyped_storage().data_ptr() in owner]
         results = [o for o in _flat(out) if isinstance(o, torch.Tensor)]

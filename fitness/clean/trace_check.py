@@ -58,40 +58,49 @@ def check_trace(trace: object, inplace: tuple[int, ...] = (), destinations: bool
                               "task does not update in place (a task that does says so: INPLACE)")
 
 
-def program_of(trace: dict) -> tuple:
-    """What a checked trace runs, values aside: each op's name and each launch's kernel and grid,
-    with every tensor's layout, and the launches' integer and flag arguments (block sizes and
-    switches under the interpreter, where a kernel's constexprs are plain arguments; on a GPU the
-    kernel's key is its compiled binary, constexprs included). Float scalars may follow the
-    values, so they are left out, and so, after a host read (`.item()`), are grids and positional
-    integers (a row or a length read from the device); keyword integers, as constexprs are passed,
-    stay. Two calls of one shape and dtype run one program (fitness.engine.replay)."""
+Constexprs = dict[str, tuple[tuple[int, ...], frozenset[str]]]  # kernel qualname -> (positions, names)
+
+
+def program_of(trace: dict, constexprs: Constexprs | None = None) -> tuple:
+    """What a checked trace runs, values aside: each op's name and each launch's kernel, grid and
+    constexpr values, with every tensor's layout. On a GPU a launch names its compiled binary,
+    constexprs included; under the interpreter it names a function, so the values of its
+    `tl.constexpr` parameters (`constexprs`, read from the source: kernel_source.constexpr_params)
+    are kept. Other scalars (sizes, seeds, a learning rate, a row read with `.item()`) may follow
+    the values and are left out, as are the grids after a host read. Two calls of one shape and
+    dtype run one program (fitness.engine.replay)."""
     reads = False
     steps: list[tuple] = []
     for ev in trace["events"]:
         if ev.get("kind") == "op":
-            reads = reads or ev.get("name") == "_local_scalar_dense" or type(ev.get("out")) in (bool, int, float)
+            reads = reads or type(ev.get("out")) in (bool, int, float)
             steps.append(("op", str(ev.get("ns")), str(ev.get("name")), str(ev.get("overload")),
-                          _layout(ev.get("args"), False), _layout(ev.get("kwargs"), False)))
-        else:
-            grid = () if reads else tuple(ev.get("grid") or ())
-            steps.append(("launch", str(ev.get("kernel")), grid, _layout(ev.get("args"), not reads),
-                          _layout(ev.get("kwargs"), True)))
+                          _layout(ev.get("args")), _layout(ev.get("kwargs"))))
+            continue
+        kernel = str(ev.get("kernel"))
+        positions, names = (constexprs or {}).get(kernel.rpartition(":")[2], ((), frozenset()))
+        args = ev.get("args") if isinstance(ev.get("args"), list) else []
+        kwargs = ev.get("kwargs", {}).get("__d__", {}) if isinstance(ev.get("kwargs"), dict) else {}
+        fixed = tuple((i, _plain(args[i])) for i in positions if i < len(args)) + \
+            tuple(sorted((k, _plain(v)) for k, v in kwargs.items() if k in names)) if isinstance(kwargs, dict) else ()
+        steps.append(("launch", kernel, () if reads else tuple(ev.get("grid") or ()), fixed,
+                      _layout(args), _layout(kwargs)))
     return tuple(steps)
 
 
-def _layout(x: object, ints: bool) -> object:
-    """A recorded argument as its structure: tensors by size, stride and dtype; ints and bools
-    kept where `ints`; other scalars as their type."""
+def _plain(v: object) -> object:
+    return v if v is None or type(v) in (bool, int, float, str) else repr(v)[:40]
+
+
+def _layout(x: object) -> object:
+    """A recorded argument as its structure: tensors by size, stride and dtype, scalars by type."""
     if isinstance(x, list):
-        return tuple(_layout(v, ints) for v in x)
+        return tuple(_layout(v) for v in x)
     if isinstance(x, dict):
         ref = x.get("__t__") or x.get("__tw__")
         if isinstance(ref, dict):
             return ("T", str(ref.get("size")), str(ref.get("stride")), str(ref.get("dtype")), str(ref.get("as", "")))
-        return tuple(sorted((str(k), _layout(v, ints)) for k, v in x.items()))
-    if type(x) in (bool, int):
-        return x if ints else "int"
+        return tuple(sorted((str(k), _layout(v)) for k, v in x.items()))
     return type(x).__name__
 
 
@@ -100,6 +109,7 @@ def first_difference(a: tuple, b: tuple) -> str:
     if len(a) != len(b):
         return f"{len(a)} steps against {len(b)}"
     k = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
-    what = {"op": lambda s: f"aten::{s[2]}.{s[3]}", "launch": lambda s: f"kernel {s[1][:60]} on grid {s[2]}"}
+    what = {"op": lambda s: f"aten::{s[2]}.{s[3]}",
+            "launch": lambda s: f"kernel {s[1][:60]} on grid {s[2]}" + (f" with {dict(s[3])}" if s[3] else "")}
     return f"step {k}: {what[a[k][0]](a[k])} against {what[b[k][0]](b[k])}" + \
         (" (the same, with other arguments)" if a[k][:3] == b[k][:3] else "")

@@ -26,6 +26,7 @@ from fitness.engine.judges import Check, Judge
 from fitness.engine.pool import CancelCheck, WorkerFailure, WorkerPool
 from fitness.engine.settings import StageSettings
 from fitness.engine.verdict import Failure
+from suites.script import tensors_of
 from suites.task import Task
 
 # A case's outputs are compared here while the child runs the next case (one case ahead, so no
@@ -64,7 +65,8 @@ class Traces(dict):
 def trace_problem(ran: CaseRan) -> str:
     """'' or why a call's trace cannot stand for the call: missing, or naming other outputs than
     the call returned (their count, shapes, dtypes)."""
-    trace, outs = ran.trace, ran.outputs
+    trace = ran.trace
+    outs = ran.outputs if ran.outputs is not None or ran.tree is None else tensors_of(ran.tree)  # a script's call
     if trace is None:
         return "the call came back without a trace of what it launched: it cannot be replayed"
     recorded = trace.get("outputs")
@@ -167,7 +169,7 @@ class Correctness:
                     run.failed = case
                     return
                 run.stage = "call"
-                if judge.replays and trace_problem(ran):  # fail closed: every call is replayed
+                if judge.replays and judge.traced(case) and trace_problem(ran):  # fail closed: every call replayed
                     run.failed, run.reply = case, Reply.failed(trace_problem(ran))
                     return
                 if ran.trace is not None:

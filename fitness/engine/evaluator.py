@@ -35,7 +35,7 @@ import torch
 from fitness.common.flags import Flag
 from fitness.common.reference import ReferenceCache
 from fitness.engine.correctness import Correctness, Traces
-from fitness.engine.judges import Judge, judge_for
+from fitness.engine.judges import Judge, ScriptJudge, judge_for
 from fitness.engine.measuring import BASELINE_CHILDREN, MeasuringTurn
 from fitness.engine.outcome import CleanChild, Evaluation, reference_verdict, task_code_verdict, verdict_from
 from fitness.engine.outputs import EngineOracle
@@ -277,9 +277,11 @@ class Evaluator:
 
     def _replayed_words(self, judge: Judge, traces: Traces) -> str:
         """What the replay established, for the pass reason: how many calls, and what ran."""
-        if not judge.replays:
-            return ("calls not replayed: a script task's benchmark calls are checked in the timing (GPU only), "
-                    "against the suite's kernel")
+        if isinstance(judge, ScriptJudge):
+            return ("its benchmark call replayed alone on another draw, against the suite's kernel there: the "
+                    "candidate's @triton.jit kernels built from their source alone, under the Triton interpreter"
+                    if judge.replayed_calls(traces.calls) else "calls not replayed here: a script task's benchmark "
+                    "calls are replayed and checked in the timing (GPU), against the suite's kernel on the same draws")
         what = ("the recorded compiled kernels on engine-allocated buffers" if self.gpu else
                 "the candidate's @triton.jit kernels built from their source alone (its module never "
                 "imported), under the Triton interpreter")

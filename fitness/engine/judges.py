@@ -96,6 +96,25 @@ class FunctionJudge:
         """The case's reference computed while its outputs are on their way."""
         self.outputs.prefetch(self.task, case)
 
+    def traced(self, case: dict) -> bool:
+        """Whether the call of `case` must come back with a trace (fail closed: every call is replayed)."""
+        return True
+
+    def replayed_calls(self, calls: list[tuple[dict, dict]]) -> list[tuple[dict, dict]]:
+        """Every recorded call, each with a seed of its own for the replay's draw; and the trace
+        the timing will time (each tuning shape's last call) again on every input distribution its
+        shape's other calls met, so the program timed is the program checked on each variant, its
+        recorded scalars included."""
+        timed = {(repr(sorted(c["shape"].items())), c["dtype"]): t for c, t in calls if c["split"] == self.timed_split}
+        again = [({**case, "seed": fresh_seed()}, timed[key]) for case, trace in calls
+                 if case.get("variant") and (key := (repr(sorted(case["shape"].items())), case["dtype"])) in timed
+                 and timed[key] is not trace]
+        return [({**case, "seed": fresh_seed()}, trace) for case, trace in calls] + again
+
+    def check_replayed(self, case: dict, outputs: tuple) -> str:
+        """A replayed call's outputs against the engine's reference on the replay's draw."""
+        return self.outputs.check_case(self.task, case, outputs)
+
     def check_timed(self, case: dict, seed: int, candidate: Any, baseline: Any) -> str:
         """The timed replay's outputs on the third draw, against the engine's reference."""
         return self.outputs.check_case(self.task, {**case, "seed": seed}, candidate)
@@ -103,7 +122,6 @@ class FunctionJudge:
 
 class ScriptJudge:
     timed_split = "timing"
-    replays = False  # the benchmark calls are checked in the timing, against the suite's kernel
     floor = False  # the suite's cost estimate flags, never clamps
     oracle_is_baseline = True  # the timed outputs are checked against the baseline's, on the same sets
 
@@ -111,6 +129,21 @@ class ScriptJudge:
         """`refs`: the suite's own kernel's results (fitness.engine.script_eval), the oracle."""
         self.task, self.settings, self.refs = task, settings, refs
         self._allowance: frozenset | None = None
+        # on a GPU the benchmark calls are replayed by the timing, against the suite's kernel on the
+        # same draws; under the interpreter one benchmark call is replayed here, on another draw
+        self.replays = not settings.gpu
+
+    def traced(self, case: dict) -> bool:
+        return case["split"] == "timing"
+
+    def replayed_calls(self, calls: list[tuple[dict, dict]]) -> list[tuple[dict, dict]]:
+        """The recorded benchmark calls, each on the draw the suite's reference ran for the replay."""
+        return [(self.refs.replay_case(case["shape"]["perf"]), trace) for case, trace in calls
+                if case["split"] == "timing" and self.replays]
+
+    def check_replayed(self, case: dict, outputs: tuple) -> str:
+        ref = self.refs.get(self.task)
+        return self.refs.replay_check(self.task, ref, case, outputs)
 
     @property
     def baseline_name(self) -> str:

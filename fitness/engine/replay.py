@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fitness.clean.compiled import ReplayError
-from fitness.clean.trace_check import check_trace, first_difference, program_of
+from fitness.clean.kernel_source import constexpr_params
+from fitness.clean.trace_check import Constexprs, check_trace, first_difference, program_of
 from fitness.common.flags import NOT_REPLAYABLE
 from fitness.common.inputs import TORCH_WORK_SHARE
 from fitness.common.messages import Replay, ReplayItem
 from fitness.common.replies import ReplayResult as ReplayedCall
 from fitness.engine.correctness import Traces
-from fitness.engine.judges import Judge, fresh_seed
+from fitness.engine.judges import Judge
 from fitness.engine.outputs import OutputsChecker
 from fitness.engine.pool import CancelCheck, ChildProcess, WorkerFailure, WorkerPool
 from fitness.engine.settings import StageSettings
@@ -58,16 +59,16 @@ class Replayer:
         work, or it fails. Script tasks' benchmark calls are checked in the timing instead (their
         reference is the suite's kernel)."""
         calls = traces.calls if isinstance(traces, Traces) else list(traces.values())
-        items = tuple(ReplayItem(case={**case, "seed": fresh_seed()}, trace=trace) for case, trace in calls
+        items = tuple(ReplayItem(case=case, trace=trace) for case, trace in judge.replayed_calls(calls)
                       if judge.replays)
         if not items:
             return ReplayResult()
         problem = next((p for p in (inplace_problem(task, item.trace) for item in items) if p), "") \
-            or program_problem(calls)
+            or program_problem(calls, constexpr_params(source) if self.settings.interpret else None)
         if problem:
             return _failed(f"replay: {problem}")
         for item in items[:REFERENCES_AHEAD]:
-            self.outputs.prefetch(task, item.case)
+            judge.prefetch(item.case)
         req = Replay(task=self.settings.task_spec(task), items=items,
                      source=source if self.settings.interpret else None)
         t0 = time.monotonic()
@@ -83,24 +84,26 @@ class Replayer:
         if results is None or len(results) != len(items):  # fail closed: every call replayed
             return _failed(f"replay: {len(items)} recorded calls sent, the replaying child answered "
                            f"{len(results) if results is not None else 'none'} of them", phases)
-        return ReplayResult(self._judge(task, items, results), phases)
+        return ReplayResult(self._judge(task, judge, items, results), phases)
 
-    def _judge(self, task: Task, items: tuple[ReplayItem, ...], results: tuple[ReplayedCall, ...]) -> Failure | None:
+    def _judge(self, task: Task, judge: Judge, items: tuple[ReplayItem, ...],
+               results: tuple[ReplayedCall, ...]) -> Failure | None:
         """The first replayed call that did not check out, if any: an error, torch work beyond its
         share, or outputs the engine's reference does not match."""
         for k, (item, res) in enumerate(zip(items, results)):
             case = item.case
             if k + REFERENCES_AHEAD < len(items):
-                self.outputs.prefetch(task, items[k + REFERENCES_AHEAD].case)
+                judge.prefetch(items[k + REFERENCES_AHEAD].case)
             where = f"{case['split']} shape {case['shape']} {case['dtype']}"
             if res.error:
                 return Failure(f"{res.error} ({where})", "call")
             produced = sum(o.numel() for o in res.outputs)
-            if not task.torch_ops and res.torch_elements > max(1024, TORCH_WORK_SHARE * produced):
+            allowed = task.torch_ops or task.script is not None  # a script's torch work: against its reference's
+            if not allowed and res.torch_elements > max(1024, TORCH_WORK_SHARE * produced):
                 by_size = sorted(res.torch_ops.items(), key=lambda kv: -kv[1])
                 ops = ", ".join(f"{k} ({n} elements)" for k, n in by_size)
                 return Failure(f"torch did work outside Triton kernels (counted on the replay): {ops}", "call")
-            problem = self.outputs.check_case(task, case, res.outputs)
+            problem = judge.check_replayed(case, res.outputs)
             if problem and res.stale_reads:  # the recorded program went on with the recorded values
                 return Failure(f"replay: {NOT_REPLAYABLE}the call's host code reads device values that differ on "
                                f"fresh inputs ({'; '.join(res.stale_reads)}; {where}), and a replay cannot run "
@@ -112,7 +115,7 @@ class Replayer:
         return None
 
 
-def program_problem(calls: list[tuple[dict, dict]]) -> str:
+def program_problem(calls: list[tuple[dict, dict]], constexprs: Constexprs | None = None) -> str:
     """'' when every call of one shape and dtype ran one program (fitness.clean.trace_check.program_of):
     a candidate cannot pick what it is judged on (a safe kernel for inputs that look like a variant,
     another for the call it guesses is timed), since the timed trace is one of these calls."""
@@ -120,7 +123,7 @@ def program_problem(calls: list[tuple[dict, dict]]) -> str:
     for case, trace in calls:
         try:
             check_trace(trace)
-            prog = program_of(trace)
+            prog = program_of(trace, constexprs)
         except ReplayError:
             continue  # the replay of that call names what is wrong with it
         key = (repr(sorted(case["shape"].items())), case["dtype"])

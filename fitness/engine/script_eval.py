@@ -24,7 +24,7 @@ from fitness.common.compare import compare_tree_on, count_elements, is_weak
 from fitness.common.messages import Script
 from fitness.common.replies import CaseRan, Reply, ScriptRan
 from fitness.engine.pool import CancelCheck, Cancelled, WorkerFailure, WorkerPool
-from suites.script import GIVEN
+from suites.script import GIVEN, tensors_of
 from suites.task import Task
 from suites.validation import short_reason
 
@@ -35,6 +35,9 @@ HELDOUT_PERF = 2
 # dozen tasks, so every candidate drew them again (seen on the H100: 8 s of timing per candidate)
 MAX_TIMED_BYTES = 256 << 20
 HELDOUT_SEED = 100
+# under the interpreter a script task's benchmark call is recorded at the run's seed and replayed on
+# another draw, where the suite's reference ran too (on a GPU the timing replays it on its own draws)
+REPLAY_SEED = 200
 TORCH_WORK_SLACK = 0.01  # share of the outputs a candidate may compute in torch beyond the reference
 
 
@@ -48,6 +51,7 @@ class ScriptReference:
     results: dict = field(default_factory=dict)  # case key -> {"tree", "torch_elements"}
     unstable: dict[int, Finding] = field(default_factory=dict)  # benchmark inputs dropped, and why
     unchecked: str = ""  # why (some of) the benchmark inputs were not checked in guard bands
+    replayed: tuple[int, ...] = ()  # under the interpreter: the benchmark input whose call is replayed
 
     def dropped(self) -> str:
         """The benchmark inputs left out, for a line of validate's table ('' when none)."""
@@ -159,7 +163,20 @@ class ScriptReferences:
             checked = tuple(timing_inputs(sizes, 0)[:1])
             ref.timed = checked if ref.weak else ()
         problem = self._benchmark_inputs(task, ref, checked, cancel)
-        return ScriptReference(error=problem, unstable=ref.unstable) if problem else ref
+        if problem:
+            return ScriptReference(error=problem, unstable=ref.unstable)
+        if self.interpret and checked and checked[0] not in ref.unstable and not ref.unchecked:
+            self._replay_reference(task, ref, checked[0], cancel)
+        return ref
+
+    def _replay_reference(self, task: Task, ref: ScriptReference, index: int, cancel: CancelCheck | None) -> None:
+        """Under the interpreter: the suite's reference on the draw the replay of a candidate's
+        benchmark call runs on (none kept where it fails there: that call is then not replayed)."""
+        case = self.replay_case(index)
+        ran = self._run(Script(task=self.spec(task), cases=(case,), count=False, keep=True), cancel)
+        if not ran.error and ran.payload is not None:
+            ref.results[key(case)] = ran.payload.results[0]
+            ref.replayed = (index,)
 
     def _benchmark_inputs(self, task: Task, ref: ScriptReference, checked: tuple[int, ...],
                           cancel: CancelCheck | None) -> str:
@@ -194,12 +211,23 @@ class ScriptReferences:
         return [perf_case("tuning", i, seed) for i in ref.timed] + \
                [perf_case("heldout", i, seed) for i in ref.heldout_perf]
 
+    def replay_case(self, index: int) -> dict:
+        """The draw a recorded benchmark call is replayed on under the interpreter (not the one recorded)."""
+        return perf_case("replay", index, self.seeds[0] + REPLAY_SEED)
+
+    def replay_check(self, task: Task, ref: ScriptReference, case: dict, outputs: tuple) -> str:
+        """The replayed outputs of a benchmark call against the suite's reference on the same draw,
+        flattened as a trace's outputs are."""
+        expected = tensors_of(ref.results[key(self.replay_case(case["shape"]["perf"]))]["tree"])
+        return compare_tree_on("cpu", list(outputs), expected, task.tolerance, slack=4.0, path="output")
+
     def timing_cases(self, ref: ScriptReference) -> list[dict]:
         """The benchmark inputs to be timed (the evaluator gives each a fresh seed)."""
         return [perf_case("timing", i, self.seeds[0]) for i in ref.timed]
 
     def cases(self, ref: ScriptReference) -> list[dict]:
-        cases = self.test_cases() + (self.perf_cases(ref) if ref.weak else [])
+        cases = self.test_cases() + (self.perf_cases(ref) if ref.weak else []) + \
+            [perf_case("timing", i, self.seeds[0]) for i in ref.replayed]  # recorded, for the replay
         return sorted(cases, key=lambda c: c["split"] != "tuning")  # tuning first: the reply stops at a failure
 
     @staticmethod

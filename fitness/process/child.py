@@ -253,7 +253,9 @@ class Child(ScriptSide):
         for item in req.items:
             t0 = time.perf_counter()
             try:
-                replayer = Replayer(item.trace, self.device, kernels, task.inplace, task.script is not None)
+                script = task.script is not None
+                replayer = Replayer(item.trace, self.device, kernels, task.inplace, destinations=script,
+                                    fill="zero" if script else "poison")
                 t0 = self._tick("replay_load", t0)
                 args = tuple(to_device(a, self.device)
                              for a in draw_inputs(task, item.case, item.case["seed"], self.device))
@@ -301,7 +303,8 @@ class Child(ScriptSide):
         scratch: Callable[[], list] | None = None
         writes_inputs = False
         if req.trace is not None:
-            replayer = Replayer(req.trace, "cuda", inplace=task.inplace, destinations=task.script is not None)
+            replayer = Replayer(req.trace, "cuda", inplace=task.inplace, destinations=task.script is not None,
+                                fill=None)  # the timing scrambles outputs outside the timed region
             self._tick("replay_load", t0)
             scratch, writes_inputs = replayer.scratch, replayer.writes_inputs
 
