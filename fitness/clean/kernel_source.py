@@ -19,7 +19,7 @@ import os
 import tempfile
 from typing import Any
 
-from fitness.clean.compiled import ReplayError
+from fitness.clean.compiled import NotReplayable, ReplayError
 from suites import ast_lock
 
 
@@ -153,19 +153,19 @@ def _check_body(fn: ast.FunctionDef, globals_: set[str], ns: dict) -> None:
     where = f"kernel {fn.name}"
     for node in ast.walk(fn):
         if node is not fn and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            raise ReplayError(f"{where} defines a function or class inside it")
+            raise NotReplayable(f"{where} defines a function or class inside it")
         if isinstance(node, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Await, ast.Yield,
                              ast.YieldFrom)):
-            raise ReplayError(f"{where} holds a {type(node).__name__.lower()} statement")
+            raise NotReplayable(f"{where} holds a {type(node).__name__.lower()} statement")
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local | globals_:
-            raise ReplayError(f"{where} reads {node.id!r}, which the replay does not build from the source alone")
+            raise NotReplayable(f"{where} reads {node.id!r}, which the replay does not build from the source alone")
         if isinstance(node, ast.Attribute):
             if node.attr.startswith("_") or node.attr in _DENIED_ATTRS:
                 raise ReplayError(f"{where} reads the attribute {node.attr!r}")
             _check_chain(node, ns, where, local)
     for d in fn.args.defaults + fn.args.kw_defaults:
         if d is not None and not _literal(d):
-            raise ReplayError(f"{where} has a default argument that is not a literal")
+            raise NotReplayable(f"{where} has a default argument that is not a literal")
 
 
 def _check_chain(node: ast.Attribute, ns: dict, where: str, local: set[str]) -> None:
@@ -182,10 +182,10 @@ def _check_chain(node: ast.Attribute, ns: dict, where: str, local: set[str]) -> 
         if not isinstance(obj, type(math)):
             return
         if obj.__name__ == "triton" and attr not in _TRITON_NAMES:
-            raise ReplayError(f"{where} reads triton.{attr}")
+            raise NotReplayable(f"{where} reads triton.{attr}")
         obj = getattr(obj, attr, None)
         if isinstance(obj, type(math)) and _module(obj.__name__) is None:
-            raise ReplayError(f"{where} reaches the module {obj.__name__}")
+            raise NotReplayable(f"{where} reaches the module {obj.__name__}")
 
 
 def _exec(kept: list[ast.stmt], ns: dict, module_name: str) -> dict[str, Any]:
@@ -201,7 +201,7 @@ def _exec(kept: list[ast.stmt], ns: dict, module_name: str) -> dict[str, Any]:
     try:
         exec(compile(text, path, "exec"), ns)  # noqa: S102 - definitions only, checked above
     except Exception as e:  # noqa: BLE001 - a definition the interpreter refuses
-        raise ReplayError(f"the candidate's kernels do not build from their source: {e}") from None
+        raise NotReplayable(f"the candidate's kernels do not build from their source: {e}") from None
     kernels = {}
     for node in kept:
         assert isinstance(node, ast.FunctionDef)

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from fitness.clean.aten_ops import AtenOp, AtenRefused, resolve, returns_views
+from fitness.clean.built import compile_for_launch, kernel_named
 from fitness.clean.compiled import NotReplayable, check_launch_args, launch_compiled, load_compiled
 from fitness.clean.compiled import ReplayError as ReplayError  # re-exported: where a replay's failure was named
 from fitness.clean.primitives import ALLOC, COPY, DTYPES, ENUMS, FILL, PRIMITIVES, READ, VIEW, Device, Prim, check_args
@@ -21,7 +22,8 @@ class Replayer:
     fitness.clean.kernel_source), and the engine's own primitives (fitness.clean.primitives)."""
 
     def __init__(self, trace: dict, device: str, kernels: dict[str, Any] | None = None,
-                 inplace: tuple[int, ...] = (), destinations: bool = False, fill: str | None = "poison"):
+                 inplace: tuple[int, ...] = (), destinations: bool = False, fill: str | None = "poison",
+                 built: dict[str, Any] | None = None):
         """`inplace`: the inputs a task updates in place (its outputs, in order); `destinations`:
         the call's arguments include memory it writes its results to (a suite's wrapper, called
         with the benchmark's own arguments: destination passing), so an output may be an input;
@@ -29,7 +31,10 @@ class Replayer:
         or the largest integer), so an element it leaves unwritten is wrong whatever the allocator
         handed back; "zero" for a suite's call, whose reference ran with `torch.empty` zeroed
         (suites.script.ZeroedEmpty), scratch zeroed too; None for a timed replay, whose outputs
-        and scratch the timing scrambles outside the timed region (fitness.clean.timing)."""
+        and scratch the timing scrambles outside the timed region (fitness.clean.timing).
+        `built`: on a GPU, the JIT functions the engine built from the candidate's source: each
+        launch's build is compiled from them here (fitness.clean.built), never loaded from the
+        recorded binary; without it (diagnostics) the recorded binaries are loaded."""
         check_trace(trace, inplace, destinations)
         self.trace = trace
         self.device = device
@@ -45,8 +50,11 @@ class Replayer:
         self._scratch_ids = {i for i, b in enumerate(trace["buffers"]) if b["from"] == "op"} - outputs
         self._arena: dict[int, torch.UntypedStorage] = {}
         self._fill = fill
-        # under the interpreter the kernels the engine built from the source; on a GPU, the recorded binaries
-        self.kernels = kernels if kernels is not None else \
+        # under the interpreter the kernels the engine built from the source; on a GPU, builds compiled
+        # here from the same source (as launches need them), or else the recorded binaries
+        self.built = built
+        self._builds: dict[tuple, Any] = {}
+        self.kernels = kernels if kernels is not None else {} if built is not None else \
             {k: load_compiled(d) for k, d in trace["kernels"].items() if isinstance(k, str)}
 
     @property
@@ -296,6 +304,8 @@ class Replayer:
             raise ReplayError("recorded grid out of range")
         grid = tuple(recorded) + (1,) * (3 - len(recorded))
         kernel = self.kernels.get(name) if isinstance(name, str) else None
+        if kernel is None and self.built is not None and isinstance(name, str) and name in self.trace["kernels"]:
+            kernel = kernel_named(self.built, self.trace["kernels"][name].get("name"))
         if kernel is None:
             raise ReplayError(f"a launch names a kernel the replay does not have: {str(ev.get('kernel'))[:120]}")
         self.written.update(r["t"] for r in _tensor_refs(ev["args"]))
@@ -306,8 +316,31 @@ class Replayer:
             self.written.update(r["t"] for r in _tensor_refs(ev.get("kwargs")))
             kernel.run(*args, grid=grid, warmup=False, **kwargs)
         else:
+            kernel = self._compiled(str(name), kernel, args, grid)
             check_launch_args(kernel, args)
             launch_compiled(kernel, grid, args)
+
+
+    def _compiled(self, name: str, kernel: Any, args: list, grid: tuple) -> Any:
+        """The launch's kernel: the recorded binary loaded (no `built`), or the build compiled here,
+        once for each specialization Triton would make of these arguments (16-byte alignment of
+        pointers, integers equal to 1 or divisible by 16)."""
+        if self.built is None:
+            return kernel
+        key = (name,) + tuple(_special(a) for a in args)
+        if key not in self._builds:
+            self._builds[key] = compile_for_launch(self.trace["kernels"][name], kernel, args, grid)
+        return self._builds[key]
+
+
+def _special(a: Any) -> tuple:
+    if type(a) is torch.Tensor:
+        return ("T", a.data_ptr() % 16 == 0)
+    if type(a) is int:
+        return ("i", a == 1, a % 16 == 0)
+    if isinstance(a, list):
+        return tuple(_special(v) for v in a)
+    return (type(a).__name__,)
 
 
 def _ints(v: object) -> bool:

@@ -102,7 +102,7 @@ class Replay(Request[Replayed]):
     op: ClassVar[str] = "replay"
     task: TaskSpec
     items: tuple[ReplayItem, ...]
-    source: str | None  # the candidate's source, under the interpreter only (its kernels built from it)
+    source: str | None  # the candidate's source: its kernels built from it (interpreted, or compiled on a GPU)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +135,7 @@ class TimePrepare(Request[Prepared]):
     seeds: tuple[int, ...]  # the epoch's draws
     slot: Slot
     trace: Any = optional(None)
+    source: str | None = optional(None)  # with a trace: the candidate's source, its kernels built from it here
     baseline_source: str | None = None
     keep_share: float | None = optional(None)  # the baseline child's share of the GPU's memory for kept sides
 

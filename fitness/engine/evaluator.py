@@ -226,7 +226,8 @@ class Evaluator:
         found = replace(found, replayed=self._replayed_words(judge, correct.traces))
         if not self.gpu:
             return replace(found, replay=self.replayer.run(task, judge, source, correct.traces, cancel))
-        replayed, timing, clean = self._clean_stages(task, judge, correct.traces, timed, cancel, t0, base_src)
+        replayed, timing, clean = self._clean_stages(task, judge, correct.traces, timed, cancel, t0,
+                                                     (base_src, source))
         aa_source = source if not aa and judge.is_baseline(source) else None
         return replace(found, replay=replayed, timing=timing, clean=clean, aa_source=aa_source)
 
@@ -250,10 +251,13 @@ class Evaluator:
         return self.judge(task).status(cancel)
 
     def _clean_stages(self, task: Task, judge: Judge, traces: Traces, timed: bool, cancel: CancelCheck | None,
-                      order: float, base_src: str | None) -> tuple[ReplayResult, TimingResult | None, CleanChild]:
+                      order: float, sources: tuple[str | None, str]) -> tuple[ReplayResult, TimingResult | None,
+                                                                           CleanChild]:
         """On a GPU: one clean child (it never imports the candidate) replays every recorded call
-        and then, if asked, times the replayed kernels against the baseline. One fork, one CUDA
-        start and one set of launchers per candidate for both stages."""
+        and then, if asked, times the replayed kernels against the baseline, each kernel compiled
+        there from the candidate's source (`sources`: the baseline's and the candidate's). One
+        fork, one CUDA start and one set of launchers per candidate for both stages."""
+        base_src, source = sources
         assert self.timer is not None and self.turn is not None, "the clean stages run on a GPU only"
         t0 = time.monotonic()
         replayed, timing = ReplayResult(), None
@@ -263,11 +267,11 @@ class Evaluator:
                 held = time.monotonic()
                 wait_s = round(held - t0, 3)
                 try:
-                    replayed = self.replayer.run(task, judge, "", traces, cancel, clean)
+                    replayed = self.replayer.run(task, judge, source, traces, cancel, clean)
                     if replayed.failure is None and timed:
                         if cancel and cancel():
                             raise Cancelled()
-                        timing = self.turn.time(task, judge, traces, clean, base_src, cancel)
+                        timing = self.turn.time(task, judge, traces, clean, base_src, cancel, source)
                 finally:  # the clean child's slot held for this candidate: what bounds it, when it does
                     held_s = round(time.monotonic() - held, 3)
         except WorkerFailure as e:  # the clean child could not be had (its zygote failed)
@@ -282,7 +286,8 @@ class Evaluator:
                     "candidate's @triton.jit kernels built from their source alone, under the Triton interpreter"
                     if judge.replayed_calls(traces.calls) else "calls not replayed here: a script task's benchmark "
                     "calls are replayed and checked in the timing (GPU), against the suite's kernel on the same draws")
-        what = ("the recorded compiled kernels on engine-allocated buffers" if self.gpu else
+        what = ("the candidate's @triton.jit kernels compiled in the clean child from their source alone (the "
+                "builds its launches recorded), on engine-allocated buffers" if self.gpu else
                 "the candidate's @triton.jit kernels built from their source alone (its module never "
                 "imported), under the Triton interpreter")
         return (f"each of the {len(traces.calls)} calls replayed alone on fresh inputs: {what}, plus only the "

@@ -85,9 +85,10 @@ def _calibration(opened: Opened) -> Prepared:
 
 class MeasuringTurn(TurnState):
     def time(self, task: Task, judge: Judge, traces: dict, replay: TimingChild, base_src: str | None = None,
-             cancel: CancelCheck | None = None) -> TimingResult:
+             cancel: CancelCheck | None = None, source: str | None = None) -> TimingResult:
         """Times a candidate's replayed kernels against the baseline, shape by shape (the task's
-        `judge` says which calls are timed and how they are checked). Raises Cancelled when
+        `judge` says which calls are timed and how they are checked; `source`: the candidate's, which
+        the replay child builds the timed kernels from). Raises Cancelled when
         `cancel()` turns true while it waits for the turn (a stopping run does not wait for the
         GPU: the candidate stays unevaluated, for a resume)."""
         timed = [(case, trace) for case, trace in traces.values() if case["split"] == judge.timed_split]
@@ -96,7 +97,7 @@ class MeasuringTurn(TurnState):
                                 flags=(Flag.UNTIMED,))
         marks = [time.monotonic()]
         try:
-            plans, rows = self._turn(task, judge, timed, replay, base_src, cancel, marks)
+            plans, rows = self._turn(task, judge, timed, replay, (base_src, source), cancel, marks)
             peaks = self.peaks  # once, after a turn; none measured: no roofline to floor at, so no timing
         except (WorkerFailure, TimingRejected) as e:
             logger.info("%s: timing failed: %s", task.name, str(e).splitlines()[0] if str(e) else type(e).__name__)
@@ -109,13 +110,14 @@ class MeasuringTurn(TurnState):
         return replace(result, configs=tuple(configs), timing=how)
 
     def _turn(self, task: Task, judge: Judge, timed: list[tuple[dict, dict]], replay: TimingChild,
-              base_src: str | None, cancel: CancelCheck | None,
+              sources: tuple[str | None, str | None], cancel: CancelCheck | None,
               marks: list[float]) -> tuple[list[dict], list[TimingRow]]:
         """The plans and rows of every timed shape: prepared before the turn, measured inside
-        it, checked after it. `marks` gets when the turn was asked for, taken and given back."""
-        # outside the measuring turn: the replay child loads the kernels, draws every shape's
+        it, checked after it. `sources`: the baseline's and the candidate's. `marks` gets when the
+        turn was asked for, taken and given back."""
+        # outside the measuring turn: the replay child builds the kernels, draws every shape's
         # inputs, warms up and captures, while another candidate is being measured
-        plans = self._prepare(task, judge, timed, replay, base_src)
+        plans = self._prepare(task, judge, timed, replay, sources)
         marks.append(time.monotonic())
         self._take_turn(cancel)
         try:
@@ -155,12 +157,13 @@ class MeasuringTurn(TurnState):
             return dict(ep)
 
     def _prepare(self, task: Task, judge: Judge, timed: list[tuple[dict, dict]], replay: TimingChild,
-                 base_src: str | None) -> list[dict]:
+                 sources: tuple[str | None, str | None]) -> list[dict]:
         """Every shape made ready outside the measuring turn, the plans the turn follows. The
         baseline's sides (kept, or prepared now in its own child) are readied in a thread beside
         the replay child's preparing (inputs drawn, kernels warmed); each shape's sets and graph
         follow once both sides of it are done. H100, matmul_dequant_int4 (30 s a draw): the
         baseline child drew for 97 s, then the replay child for 97 s more, one after the other."""
+        base_src, source = sources
         plans = []
         for slot, (case, _) in enumerate(timed):
             key = _shape_key(task, case, base_src)
@@ -169,7 +172,7 @@ class MeasuringTurn(TurnState):
             # the replay's side; the baseline's is this with its own slot and source
             opening = TimePrepare(task=self.settings.task_spec(task), case={**case, "seed": ep["seeds"][0]},
                                   seeds=tuple(ep["seeds"]), slot=slot)
-            plans.append({"slot": slot, "case": case, "epoch": ep, "opening": opening, "key": key,
+            plans.append({"slot": slot, "case": case, "epoch": ep, "opening": opening, "key": key, "source": source,
                           "base_src": base_src, "base_slot": f"epoch{ep['id']}", "n": ep["n"], "prepare_s": {}})
         baseline_side = ThreadPoolExecutor(1)
         try:
@@ -183,7 +186,8 @@ class MeasuringTurn(TurnState):
 
     def _prepare_replay(self, plan: dict, trace: dict, replay: TimingChild, base: Future[int]) -> None:
         clock = StepClock(plan["prepare_s"])
-        prepared = replay.ask(replace(plan["opening"], trace=trace), self.settings.timing_timeout_s)
+        prepared = replay.ask(replace(plan["opening"], trace=trace, source=plan["source"]),
+                              self.settings.timing_timeout_s)
         plan["cal"] = checked(prepared, "c")
         clock.tick("replay")
         for k, ms in prepared.phase_ms.items():  # where the replay child's part went

@@ -70,7 +70,7 @@ class Replayer:
         for item in items[:REFERENCES_AHEAD]:
             judge.prefetch(item.case)
         req = Replay(task=self.settings.task_spec(task), items=items,
-                     source=source if self.settings.interpret else None)
+                     source=source or None)
         t0 = time.monotonic()
         try:
             reply = clean.ask(req, 2 * self.settings.timeout_s) if clean is not None else \

@@ -75,6 +75,7 @@ class Child(ScriptSide):
         self.tmp = tempfile.mkdtemp(prefix="te-cand-")
         self.hook, self.snapshot = hook, snapshot
         self.tasks: dict[tuple, Task] = {}
+        self._sources: dict[str, dict[str, Any]] = {}  # the candidate's kernels built from its source (one kept)
         self.module: ModuleType | None = None
         self.warmed: set = set()
         self.timing = PreparedSides()  # timed shapes, prepared before the measuring turn
@@ -238,24 +239,34 @@ class Child(ScriptSide):
             raise CandidateError(f"torch did work outside Triton kernels: {ops}")
 
     # -- replay (a clean child: it never imports the candidate) ------------------------------
+    def _from_source(self, task: Task, source: str | None) -> dict[str, Any] | None:
+        """The candidate's @triton.jit kernels built from their own source alone (interpreted under
+        the interpreter, compiled on a GPU: fitness.clean.built), once per source in this child;
+        ReplayError when the source cannot give them."""
+        if source is None:
+            if self.interpret:
+                raise ReplayError("the engine sent no source to build the interpreted kernels from")
+            return None
+        source = for_here(source) if task.script is not None else source
+        if source not in self._sources:
+            self._sources = {source: kernels_from_source(source, module_name(source, "candidate"))}
+        return self._sources[source]
+
     def replay(self, req: Replay) -> dict:
         task = self.task(req.task)
         self.start_device()
-        kernels = None
-        if self.interpret:  # interpreted kernels are Python: built from their own source alone
-            assert req.source is not None, "the engine sends the source under the interpreter"
-            source = for_here(req.source) if task.script is not None else req.source
-            try:
-                kernels = kernels_from_source(source, module_name(source, "candidate"))
-            except ReplayError as e:
-                return {"error": f"replay: {e}"}
+        try:
+            built = self._from_source(task, req.source)
+        except ReplayError as e:
+            return {"error": f"replay: {e}"}
+        kernels = built if self.interpret else None
         results = []
         for item in req.items:
             t0 = time.perf_counter()
             try:
                 script = task.script is not None
                 replayer = Replayer(item.trace, self.device, kernels, task.inplace, destinations=script,
-                                    fill="zero" if script else "poison")
+                                    fill="zero" if script else "poison", built=None if self.interpret else built)
                 t0 = self._tick("replay_load", t0)
                 args = tuple(to_device(a, self.device)
                              for a in draw_inputs(task, item.case, item.case["seed"], self.device))
@@ -304,7 +315,8 @@ class Child(ScriptSide):
         writes_inputs = False
         if req.trace is not None:
             replayer = Replayer(req.trace, "cuda", inplace=task.inplace, destinations=task.script is not None,
-                                fill=None)  # the timing scrambles outputs outside the timed region
+                                fill=None,  # the timing scrambles outputs outside the timed region
+                                built=self._from_source(task, req.source))
             self._tick("replay_load", t0)
             scratch, writes_inputs = replayer.scratch, replayer.writes_inputs
 
