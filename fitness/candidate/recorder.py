@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from fitness.clean.compiled import describe_compiled
 
@@ -87,8 +87,9 @@ class Recorder(TorchDispatchMode):
             self.problem = f"a tensor of {s.nbytes()} bytes appeared from outside the recorded call"
         else:
             self.in_launch += 1  # the copy is the recorder's own work, not the call's
-            try:
-                self.snapshots[bid] = torch.empty(0, dtype=torch.uint8, device=s.device).set_(s).cpu().clone()
+            try:  # nor any other mode's: the torch-work meter would count it as the candidate's
+                with _disable_current_modes():
+                    self.snapshots[bid] = torch.empty(0, dtype=torch.uint8, device=s.device).set_(s).cpu().clone()
             finally:
                 self.in_launch -= 1
         return bid

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from fitness.clean.compiled import ReplayError
+from fitness.clean.primitives import ALLOC, PRIMITIVES, VIEW
 
 _SOURCES = ("input", "op", "snapshot")
 
@@ -68,12 +69,15 @@ def program_of(trace: dict, constexprs: Constexprs | None = None) -> tuple:
     `tl.constexpr` parameters (`constexprs`, read from the source: kernel_source.constexpr_params)
     are kept. Other scalars (sizes, seeds, a learning rate, a row read with `.item()`) may follow
     the values and are left out, as are the grids after a host read. Two calls of one shape and
-    dtype run one program (fitness.engine.replay)."""
+    dtype run one program (fitness.engine.replay). Allocations and views are no part of it: a
+    workspace made on a shape's first call and kept is honest."""
     reads = False
     steps: list[tuple] = []
     for ev in trace["events"]:
         if ev.get("kind") == "op":
             reads = reads or type(ev.get("out")) in (bool, int, float)
+            if _bookkeeping(ev):
+                continue
             steps.append(("op", str(ev.get("ns")), str(ev.get("name")), str(ev.get("overload")),
                           _layout(ev.get("args")), _layout(ev.get("kwargs"))))
             continue
@@ -86,6 +90,13 @@ def program_of(trace: dict, constexprs: Constexprs | None = None) -> tuple:
         steps.append(("launch", kernel, () if reads else tuple(ev.get("grid") or ()), fixed,
                       _layout(args), _layout(kwargs)))
     return tuple(steps)
+
+
+def _bookkeeping(ev: dict) -> bool:
+    """An op that only allocates or re-views memory (by the engine's own table's effects)."""
+    name = str(ev.get("name"))
+    prim = PRIMITIVES.get(f"{name}.{ev.get('overload') or 'default'}")
+    return (prim is not None and prim.effect in (ALLOC, VIEW)) or name.startswith(("empty", "new_empty"))
 
 
 def _plain(v: object) -> object:
