@@ -1,0 +1,45 @@
+#!/bin/bash
+# Issue 48 ("The replay owns the call") on one GPU, in steps named by STEP (comma separated), each
+# sized to fit one device call:
+#   tests   the GPU runs of the call-model tests: the memo exploit against its honest twin, the
+#           trace and v4 (input sniffing) exploits, the honest calls, the suite's destination call
+#   after   validate --suite tritonbench, timed, on 40 tasks drawn with SEED (printed), this commit
+#   before  the same tasks at 8ae4158, from a worktree carried as .before
+#             (git worktree add .before 8ae4158; echo /.before/ >> .git/info/exclude)
+#   bench   bench/evaluator_bench.py --workers 12 on builtin, the GPU's memory sampled every 2 s
+# carry: [".whl", ".suites", ".before"]. LIMIT: each validate's own limit in seconds (default 420).
+cd "$(dirname "$0")/../.."
+bash .whl/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/bw/usr/bin:$PATH \
+  TRITON_EVOLVE_DATA=$PWD/.suites PYTHONUNBUFFERED=1
+SEED=${SEED:-48}
+TASKS=$(python bench/sample_tasks.py --suite tritonbench --n 40 --seed "$SEED" 2> "$OUT/sample.txt")
+cat "$OUT/sample.txt"
+memory() {  # the GPU's used memory every 2 s, and its peak at the end
+  (while sleep 2; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; done) > "$OUT/gpu-mem-$1.txt" &
+  echo $!
+}
+for step in ${STEP//,/ }; do
+  case $step in
+    tests)
+      timeout 300 python -m pytest -q -p no:cacheprovider -m "" \
+        "tests/test_exploits_v3_timing.py::test_a_kernel_that_remembers_its_answers_is_timed_as_its_honest_twin" \
+        tests/test_exploits_v3_trace.py tests/test_exploits_v4.py tests/test_honest_calls.py tests/test_script_replay.py \
+        > "$OUT/tests.txt" 2>&1
+      echo "exit $?" >> "$OUT/tests.txt"; tail -25 "$OUT/tests.txt";;
+    after|before)
+      dir=.; [ "$step" = before ] && dir=.before
+      m=$(memory "$step")
+      (cd $dir && timeout -s TERM "${LIMIT:-420}" python run.py validate --suite tritonbench --workers 8 \
+        --mem-limit 24 --timeout 100 --tasks "$TASKS" --validation "$OUT/validation-$step.json" \
+        > "$OUT/validate-$step.txt" 2>&1; echo "exit $?" >> "$OUT/validate-$step.txt")
+      kill "$m"; pkill -KILL -f -- "-m fitness\." 2>/dev/null; sleep 2
+      echo "peak GPU memory (MiB): $(sort -n "$OUT/gpu-mem-$step.txt" | tail -1)" >> "$OUT/validate-$step.txt"
+      tail -30 "$OUT/validate-$step.txt";;
+    bench)
+      m=$(memory bench)
+      timeout 420 python bench/evaluator_bench.py --workers 12 --rounds 1 --no-aa > "$OUT/bench.txt" 2>&1
+      echo "exit $?" >> "$OUT/bench.txt"; kill "$m"
+      echo "peak GPU memory (MiB): $(sort -n "$OUT/gpu-mem-bench.txt" | tail -1)" >> "$OUT/bench.txt"
+      tail -30 "$OUT/bench.txt";;
+  esac
+done
