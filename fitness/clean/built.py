@@ -41,7 +41,10 @@ def compile_for_launch(desc: dict, fn: Any, args: list, grid: tuple) -> Any:
     if len(names) != len(args):
         raise ReplayError(f"a launch passes {len(args)} arguments to kernel {fn.__name__} of {len(names)}")
     constexprs = set(getattr(fn, "constexprs", ()))
-    call = [_constant(constants, i, n) if i in constexprs else a for i, (n, a) in enumerate(zip(names, args))]
+    # a constexpr parameter takes its recorded value; so does an argument Triton specialized into a
+    # constant (an integer equal to 1: the launch passes None for it)
+    call = [_constant(constants, i, n) if i in constexprs or (a is None and _recorded(constants, i, n)) else a
+            for i, (n, a) in enumerate(zip(names, args))]
     options = {k: meta[k] for k in _OPTIONS if isinstance(meta.get(k), int) and not isinstance(meta.get(k), bool)}
     try:
         kernel = fn.warmup(*call, grid=grid, **options)
@@ -49,7 +52,11 @@ def compile_for_launch(desc: dict, fn: Any, args: list, grid: tuple) -> Any:
         return kernel
     except Exception as e:  # noqa: BLE001 - what Triton says of a build it cannot make here
         raise NotReplayable(f"kernel {fn.__name__} does not compile from its source alone for the recorded "
-                            f"build ({type(e).__name__}: {str(e)[:200]})") from None
+                            f"build ({type(e).__name__}: {str(e)[-400:]})") from None
+
+
+def _recorded(constants: dict, index: int, name: str) -> bool:
+    return any(k in constants for k in (json.dumps([index]), json.dumps(index), json.dumps(name)))
 
 
 def _constant(constants: dict, index: int, name: str) -> Any:
