@@ -42,7 +42,7 @@ result_gold = test_dest_add()
 # that does nothing: its recorded call copies an answer from memory that appeared from outside it
 NUMPY_ANSWER = DEST_ADD.replace('''    dest_add_kernel[(triton.cdiv(n, 64),)](x, y, out, n, BLOCK=64)
     return out''', '''    dest_add_kernel[(triton.cdiv(n, 64),)](x, y, out, 0, BLOCK=64)
-    out.copy_(torch.from_numpy(2 * x.numpy() + y.numpy()))
+    out.copy_(torch.from_numpy(2 * x.cpu().numpy() + y.cpu().numpy()).to(out.device))
     return out''')
 
 
