@@ -49,7 +49,7 @@ def kernels_from_source(source: str, module_name: str) -> dict[str, Any]:
     ns: dict[str, Any] = {"__name__": module_name, "__builtins__": dict(SAFE_BUILTINS),
                           "triton": triton, "tl": importlib.import_module("triton.language"), "math": math}
     kept: list[ast.stmt] = []
-    for node in tree.body:
+    for node in _top_level(tree.body, ns):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             _bind_imports(node, ns)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -64,6 +64,42 @@ def kernels_from_source(source: str, module_name: str) -> dict[str, Any]:
         assert isinstance(fn, ast.FunctionDef)
         _check_body(fn, names, ns)
     return _exec(kept, ns, module_name)
+
+
+def _top_level(body: list[ast.stmt], ns: dict) -> list[ast.stmt]:
+    """The module's statements, with a top-level `try:` read as TritonBench writes it for a helper
+    that moved between Triton versions (`try: f = tl.f` / `except AttributeError: @triton.jit def
+    f`): the `try` body's aliases of Triton's language where they resolve here, else the handlers'
+    definitions; no other code of it runs."""
+    out: list[ast.stmt] = []
+    for node in body:
+        if not isinstance(node, ast.Try):
+            out.append(node)
+            continue
+        aliased = [a for a in node.body if isinstance(a, ast.Assign) and _bind_alias(a, ns)]
+        if len(aliased) != len(node.body):
+            out += [s for h in node.handlers for s in h.body]
+    return out
+
+
+def _bind_alias(node: ast.Assign, ns: dict) -> bool:
+    """`NAME = tl.attr` (an attribute of Triton's language, or of math, that exists here): bound."""
+    if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name) or not isinstance(node.value, ast.Attribute):
+        return False
+    chain, value = [], node.value
+    while isinstance(value, ast.Attribute):
+        chain.append(value.attr)
+        value = value.value
+    if not isinstance(value, ast.Name) or not isinstance(ns.get(value.id), type(math)) \
+            or any(a.startswith("_") for a in chain):
+        return False
+    obj = ns[value.id]
+    for attr in reversed(chain):
+        obj = getattr(obj, attr, None)
+    if obj is None or isinstance(obj, type(math)) or _module(getattr(obj, "__module__", "") or "") is None:
+        return False
+    ns[node.targets[0].id] = obj
+    return True
 
 
 def _module(name: str) -> Any:

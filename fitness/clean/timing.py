@@ -297,17 +297,27 @@ class TimedSide:
 
     def _scramble_graph(self, outs: list) -> Callable[[], None]:
         """The scrambling of the graph's outputs as one graph of its own (one launch a pass, not one
-        per output), or, if that cannot be captured, the same work launched eagerly."""
+        per output), or, if that cannot be captured, the same work launched eagerly. The graph only
+        copies from a noise buffer that one eager launch fills with fresh random bytes before each
+        replay: a graph that drew random numbers itself left long-lived baseline children raising
+        "Offset increment outside graph capture encountered unexpectedly" at its replay (H100,
+        TritonBench batched_vecmat_mult, diag_ssm_triton, fast_rms_layernorm; before and after 48)."""
         views = scramble_targets(list(outs) + self.scratch(), self.sets)
-        rng = torch.cuda.default_generators[torch.cuda.current_device()]
-        saved = rng.clone_state()
+        noise = torch.empty(max([v.numel() for v in views] + [1]), dtype=torch.uint8, device=views[0].device) \
+            if views else None
+        if noise is None:
+            return lambda: None
         try:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
-                scramble(views)
-            return g.replay
+                for v in views:
+                    v.copy_(noise[:v.numel()])
+
+            def replay() -> None:
+                noise.random_(0, 256)
+                g.replay()
+            return replay
         except Exception:  # noqa: BLE001 - the eager launches do the same
-            rng.graphsafe_set_state(saved)  # a failed capture leaves the generator capturing (see _capture)
             torch.cuda.synchronize()
             return lambda: scramble(views)
 
