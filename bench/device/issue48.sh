@@ -6,6 +6,9 @@
 #   after   validate --suite tritonbench, timed, on 40 tasks drawn with SEED (printed), this commit
 #   before  the same tasks at 8ae4158, from a worktree carried as .before
 #             (git worktree add .before 8ae4158; echo /.before/ >> .git/info/exclude)
+#   recheck the tasks the "after" run lost to the engine (a baseline child's scramble graph raising
+#           "Offset increment outside graph capture"; uniform_sampling's try-alias helper;
+#           bmm_chunk_bwd's specialized argument), validated again after their fixes
 #   bench   bench/evaluator_bench.py --workers 12 on builtin, the GPU's memory sampled every 2 s
 # carry: [".whl", ".suites", ".before"]. LIMIT: each validate's own limit in seconds (default 420).
 cd "$(dirname "$0")/../.."
@@ -35,6 +38,11 @@ for step in ${STEP//,/ }; do
       kill "$m"; pkill -KILL -f -- "-m fitness\." 2>/dev/null; sleep 2
       echo "peak GPU memory (MiB): $(sort -n "$OUT/gpu-mem-$step.txt" | tail -1)" >> "$OUT/validate-$step.txt"
       tail -30 "$OUT/validate-$step.txt";;
+    recheck)
+      timeout 200 python run.py validate --suite tritonbench --workers 8 --mem-limit 24 --timeout 100 \
+        --tasks batched_vecmat_mult,diag_ssm_triton,fast_rms_layernorm,uniform_sampling,bmm_chunk_bwd,chunked_cumsum_fwd,fast_rope_embedding \
+        --validation "$OUT/validation-recheck.json" > "$OUT/validate-recheck.txt" 2>&1
+      tail -14 "$OUT/validate-recheck.txt";;
     bench)
       m=$(memory bench)
       timeout 420 python bench/evaluator_bench.py --workers 12 --rounds 1 --no-aa > "$OUT/bench.txt" 2>&1
