@@ -86,7 +86,8 @@ def _bind_alias(node: ast.Assign, ns: dict) -> bool:
     """`NAME = tl.attr` (an attribute of Triton's language, or of math, that exists here): bound."""
     if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name) or not isinstance(node.value, ast.Attribute):
         return False
-    chain, value = [], node.value
+    chain: list[str] = []
+    value: ast.expr = node.value
     while isinstance(value, ast.Attribute):
         chain.append(value.attr)
         value = value.value

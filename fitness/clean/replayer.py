@@ -37,6 +37,7 @@ class Replayer:
         recorded binary; without it (diagnostics) the recorded binaries are loaded."""
         check_trace(trace, inplace, destinations)
         self.trace = trace
+        self.inplace = inplace
         self.device = device
         self.interpreted = kernels is not None
         self.torch_elements = 0
@@ -66,6 +67,18 @@ class Replayer:
     def scratch(self) -> list[torch.Tensor]:
         """Byte views of the replay's scratch memory (what the timing scrambles before each pass)."""
         return [torch.empty(0, dtype=torch.uint8, device=s.device).set_(s) for s in self._arena.values()]
+
+    def run_guarded(self, inputs: tuple) -> list[torch.Tensor]:
+        """run(), then every input the task does not update in place checked unchanged, byte for
+        byte, here in the clean child (the candidate's own process checks it too, as a filter)."""
+        saved = {i: _bytes_of(a).clone() for i, a in enumerate(inputs)
+                 if type(a) is torch.Tensor and i not in self.inplace}
+        outs = self.run(inputs)
+        for i, before in saved.items():
+            if not torch.equal(_bytes_of(inputs[i]), before):
+                raise ReplayError(f"the replayed call wrote input {i}, which the task does not update in place "
+                                  "(a task that does says so: INPLACE)")
+        return outs
 
     def run(self, inputs: tuple) -> list[torch.Tensor]:
         self.torch_elements = 0
@@ -331,6 +344,11 @@ class Replayer:
         if key not in self._builds:
             self._builds[key] = compile_for_launch(self.trace["kernels"][name], kernel, args, grid)
         return self._builds[key]
+
+
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's whole storage as bytes (a write anywhere in the buffer shows)."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
 
 
 def _special(a: Any) -> tuple:

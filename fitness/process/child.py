@@ -271,7 +271,7 @@ class Child(ScriptSide):
                 args = tuple(to_device(a, self.device)
                              for a in draw_inputs(task, item.case, item.case["seed"], self.device))
                 t0 = self._tick("replay_inputs", t0)
-                outs = replayer.run(args)
+                outs = replayer.run(args) if script else replayer.run_guarded(args)
                 if self.device == "cuda":
                     torch.cuda.synchronize()
                 t0 = self._tick("replay_run", t0)

@@ -79,6 +79,15 @@ def check_a_function_tasks_output_that_is_its_input_is_refused_naming_the_input(
         _replay("destination_add", lambda s: (_vec(s), _vec(s + 10), torch.zeros(256)))
 
 
+def check_an_input_the_replayed_call_writes_fails_in_the_clean_replay_naming_it():
+    mod, kernels = _load("writes_input")
+    trace = _record(mod, (_vec(1),))
+    rep = Replayer(trace, "cpu", kernels)
+    with pytest.raises(ReplayError, match="the replayed call wrote input 0, which the task does not update in place"):
+        rep.run_guarded((_vec(2),))
+    torch.testing.assert_close(Replayer(trace, "cpu", kernels, inplace=(0,)).run_guarded((_vec(2),))[0], _vec(2) * 2)
+
+
 def check_a_module_level_buffer_the_kernel_writes_and_returns_is_replayed():
     _, outs, want = _replay("module_buffer", lambda s: (_vec(s),))
     torch.testing.assert_close(outs[0], want)
