@@ -201,8 +201,26 @@ def _check_body(fn: ast.FunctionDef, globals_: set[str], ns: dict) -> None:
                 raise ReplayError(f"{where} reads the attribute {node.attr!r}")
             _check_chain(node, ns, where, local)
     for d in fn.args.defaults + fn.args.kw_defaults:
-        if d is not None and not _literal(d):
-            raise NotReplayable(f"{where} has a default argument that is not a literal")
+        if d is not None and not _plain_default(d, ns):
+            raise NotReplayable(f"{where} has a default argument that is neither a literal nor a module constant")
+
+
+def _plain_default(node: ast.expr, ns: dict) -> bool:
+    """A parameter's default the engine can give: a literal, a module constant it bound from a
+    literal (`MODE = tl.constexpr(3)`: TritonBench kldiv), or an attribute of Triton's language
+    (`tl.float32`)."""
+    if _literal(node):
+        return True
+    if isinstance(node, ast.Name):
+        value = ns.get(node.id)
+        return isinstance(value, (bool, int, float, str)) or type(value).__name__ == "constexpr"
+    chain: list[str] = []
+    cur: ast.expr = node
+    while isinstance(cur, ast.Attribute):
+        chain.append(cur.attr)
+        cur = cur.value
+    return isinstance(cur, ast.Name) and isinstance(ns.get(cur.id), type(math)) and bool(chain) \
+        and not any(a.startswith("_") for a in chain)
 
 
 def _check_chain(node: ast.Attribute, ns: dict, where: str, local: set[str]) -> None:

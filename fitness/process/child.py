@@ -257,8 +257,8 @@ class Child(ScriptSide):
         self.start_device()
         try:
             built = self._from_source(task, req.source)
-        except ReplayError as e:
-            return {"error": f"replay: {e}"}
+        except ReplayError as e:  # the stage names it a replay's failure
+            return {"error": str(e)}
         kernels = built if self.interpret else None
         results = []
         for item in req.items:
