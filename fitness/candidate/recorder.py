@@ -115,6 +115,8 @@ class Recorder(TorchDispatchMode):
             return {"__device__": x.type}
         if isinstance(x, (torch.layout, torch.memory_format)):
             return {"__enum__": str(x).removeprefix("torch.")}
+        if _triton_dtype(x):  # a Triton dtype handed to a kernel (TritonBench streamk_matmul): by its name
+            return {"__tdtype__": str(x)}
         if _reinterpreted(x):  # triton.reinterpret: a tensor's memory read as another Triton dtype
             if type(x.base) is not torch.Tensor:
                 self.problem = f"a {type(x.base).__name__} (not a plain tensor) reached the device work"
@@ -162,6 +164,12 @@ class Recorder(TorchDispatchMode):
         outs = [self.encode(o) for o in outputs]
         return {"events": self.events, "buffers": self.buffers, "outputs": outs, "kernels": self.kernels,
                 "snapshots": {str(k): v for k, v in self.snapshots.items()}, "problem": self.problem}
+
+
+def _triton_dtype(x: object) -> bool:
+    import triton.language as tl
+
+    return isinstance(x, tl.dtype)
 
 
 def _reinterpreted(x: object) -> bool:

@@ -125,6 +125,8 @@ class Replayer:
                 return Device()
             if tag == "__enum__" and v in ENUMS:
                 return ENUMS[v]
+            if tag == "__tdtype__":
+                return _triton_dtype(v)
             raise ReplayError(f"an object the replay does not know in the trace ({str(tag)[:40]})")
         if x is None or type(x) in (bool, int, float, str):
             return x
@@ -383,6 +385,16 @@ def _tensor_refs(x: Any) -> list[dict]:
                 return [x[tag]]
         return [r for v in x.values() for r in _tensor_refs(v)]
     return []
+
+
+def _triton_dtype(name: object) -> Any:
+    """A Triton dtype the trace names (only Triton's own names)."""
+    import triton.language as tl
+
+    names = tl.dtype.SINT_TYPES + tl.dtype.UINT_TYPES + tl.dtype.FP_TYPES + tl.dtype.OTHER_TYPES
+    if name not in names:
+        raise ReplayError(f"a Triton dtype of unknown name {str(name)[:40]!r} in the trace")
+    return tl.dtype(str(name))
 
 
 def _reinterpret(t: torch.Tensor, name: object) -> Any:
