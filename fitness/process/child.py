@@ -62,7 +62,7 @@ from fitness.process import protocol
 from fitness.process.child_failures import is_compile_error, is_cuda_fault, trim_trace
 from fitness.process.child_script import ScriptSide
 from fitness.process.isolation import cap_address_space, outer_pid
-from suites.script import for_here
+from suites.script import for_here, seed_all
 from suites.task import Task
 
 
@@ -271,6 +271,8 @@ class Child(ScriptSide):
                 args = tuple(to_device(a, self.device)
                              for a in draw_inputs(task, item.case, item.case["seed"], self.device))
                 t0 = self._tick("replay_inputs", t0)
+                if script:  # a wrapper's random draws: the same numbers its reference drew on this case
+                    seed_all(item.case["seed"])
                 outs = replayer.run(args) if script else replayer.run_guarded(args)
                 if self.device == "cuda":
                     torch.cuda.synchronize()
