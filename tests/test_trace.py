@@ -82,7 +82,7 @@ def test_a_tensor_passed_through_triton_reinterpret_is_recorded_and_replayed(tmp
 
 
 def test_a_reinterpreted_tensor_of_a_dtype_triton_does_not_have_is_refused():
-    from fitness.clean.replayer import _reinterpret
+    from fitness.clean.trace_values import reinterpret as _reinterpret
 
     with pytest.raises(ReplayError, match="unknown Triton dtype 'fp99'"):
         _reinterpret(torch.zeros(4), "fp99")

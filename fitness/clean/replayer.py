@@ -11,7 +11,13 @@ from fitness.clean.built import compile_for_launch, kernel_named
 from fitness.clean.compiled import NotReplayable, check_launch_args, launch_compiled, load_compiled
 from fitness.clean.compiled import ReplayError as ReplayError  # re-exported: where a replay's failure was named
 from fitness.clean.primitives import ALLOC, COPY, DTYPES, ENUMS, FILL, PRIMITIVES, READ, VIEW, Device, Prim, check_args
-from fitness.clean.trace_check import check_trace as check_trace  # re-exported: the trace's shape, checked
+from fitness.clean.trace_check import check_trace as check_trace
+from fitness.clean.trace_values import (  # re-exported: the trace's shape, checked
+    bytes_of,
+    reinterpret,
+    specialization,
+    triton_dtype,
+)
 from fitness.common.inputs import poison_value, work_elements
 
 
@@ -71,11 +77,11 @@ class Replayer:
     def run_guarded(self, inputs: tuple) -> list[torch.Tensor]:
         """run(), then every input the task does not update in place checked unchanged, byte for
         byte, here in the clean child (the candidate's own process checks it too, as a filter)."""
-        saved = {i: _bytes_of(a).clone() for i, a in enumerate(inputs)
+        saved = {i: bytes_of(a).clone() for i, a in enumerate(inputs)
                  if type(a) is torch.Tensor and i not in self.inplace}
         outs = self.run(inputs)
         for i, before in saved.items():
-            if not torch.equal(_bytes_of(inputs[i]), before):
+            if not torch.equal(bytes_of(inputs[i]), before):
                 raise ReplayError(f"the replayed call wrote input {i}, which the task does not update in place "
                                   "(a task that does says so: INPLACE)")
         return outs
@@ -116,7 +122,7 @@ class Replayer:
                 return self._tensor(v, bufs)
             if tag == "__tw__":  # a compiled kernel's binary already reads it as its dtype: the pointer is all
                 t = self._tensor(v, bufs)
-                return t if not self.interpreted else _reinterpret(t, v.get("as"))
+                return t if not self.interpreted else reinterpret(t, v.get("as"))
             if tag == "__d__" and kw and isinstance(v, dict):
                 return {str(k): self._decode(a, bufs) for k, a in v.items()}
             if tag == "__dtype__" and v in DTYPES:
@@ -126,7 +132,7 @@ class Replayer:
             if tag == "__enum__" and v in ENUMS:
                 return ENUMS[v]
             if tag == "__tdtype__":
-                return _triton_dtype(v)
+                return triton_dtype(v)
             raise ReplayError(f"an object the replay does not know in the trace ({str(tag)[:40]})")
         if x is None or type(x) in (bool, int, float, str):
             return x
@@ -342,25 +348,10 @@ class Replayer:
         pointers, integers equal to 1 or divisible by 16)."""
         if self.built is None:
             return kernel
-        key = (name,) + tuple(_special(a) for a in args)
+        key = (name,) + tuple(specialization(a) for a in args)
         if key not in self._builds:
             self._builds[key] = compile_for_launch(self.trace["kernels"][name], kernel, args, grid)
         return self._builds[key]
-
-
-def _bytes_of(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's whole storage as bytes (a write anywhere in the buffer shows)."""
-    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
-
-
-def _special(a: Any) -> tuple:
-    if type(a) is torch.Tensor:
-        return ("T", a.data_ptr() % 16 == 0)
-    if type(a) is int:
-        return ("i", a == 1, a % 16 == 0)
-    if isinstance(a, list):
-        return tuple(_special(v) for v in a)
-    return (type(a).__name__,)
 
 
 def _ints(v: object) -> bool:
@@ -385,24 +376,3 @@ def _tensor_refs(x: Any) -> list[dict]:
                 return [x[tag]]
         return [r for v in x.values() for r in _tensor_refs(v)]
     return []
-
-
-def _triton_dtype(name: object) -> Any:
-    """A Triton dtype the trace names (only Triton's own names)."""
-    import triton.language as tl
-
-    names = tl.dtype.SINT_TYPES + tl.dtype.UINT_TYPES + tl.dtype.FP_TYPES + tl.dtype.OTHER_TYPES
-    if name not in names:
-        raise ReplayError(f"a Triton dtype of unknown name {str(name)[:40]!r} in the trace")
-    return tl.dtype(str(name))
-
-
-def _reinterpret(t: torch.Tensor, name: object) -> Any:
-    """The interpreter's view of a recorded triton.reinterpret: the tensor as Triton dtype `name`."""
-    import triton
-    import triton.language as tl
-
-    names = tl.dtype.SINT_TYPES + tl.dtype.UINT_TYPES + tl.dtype.FP_TYPES
-    if name not in names:
-        raise ReplayError(f"a reinterpreted tensor of unknown Triton dtype {name!r} in trace")
-    return triton.reinterpret(t, tl.dtype(name))
