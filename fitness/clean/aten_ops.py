@@ -47,11 +47,10 @@ class AtenRefused(Exception):
 @dataclass(frozen=True)
 class AtenOp:
     """One resolved aten overload: the callable, which of its positional/keyword arguments it
-    writes (by the schema's alias annotations) and whether it draws random numbers."""
+    writes (by the schema's alias annotations), and whether it only allocates."""
     key: str
     op: torch._ops.OpOverload
     written_args: tuple[str, ...]
-    random: bool
     allocates: bool  # returns new memory it leaves unwritten (aten::empty_permuted, aten::new_empty_strided)
 
     def written(self, args: list, kwargs: dict) -> list[torch.Tensor]:
@@ -86,7 +85,7 @@ def resolve(name: object, overload: object) -> AtenOp:
         raise AtenRefused(f"{key} is not an aten op")
     written = tuple(a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write)
     allocates = name.startswith(("empty", "new_empty")) and not written
-    return AtenOp(key, op, written, torch.Tag.nondeterministic_seeded in op.tags, allocates)
+    return AtenOp(key, op, written, allocates)
 
 
 def returns_views(op: AtenOp) -> bool:

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from fitness.clean.compiled import NotReplayable, ReplayError
+from fitness.clean.trace_values import triton_dtype, triton_dtype_names
 
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
@@ -55,21 +56,23 @@ def compile_for_launch(desc: dict, fn: Any, args: list, grid: tuple) -> Any:
                             f"build ({type(e).__name__}: {str(e)[-400:]})") from None
 
 
+def _key(constants: dict, index: int, name: str) -> str | None:
+    """Where the recorded build keeps a parameter's constant: by its position (Triton 3.x) or its name."""
+    return next((k for k in (json.dumps([index]), json.dumps(index), json.dumps(name)) if k in constants), None)
+
+
 def _recorded(constants: dict, index: int, name: str) -> bool:
-    return any(k in constants for k in (json.dumps([index]), json.dumps(index), json.dumps(name)))
+    return _key(constants, index, name) is not None
 
 
 def _constant(constants: dict, index: int, name: str) -> Any:
-    """A constexpr's recorded value: keyed by its position (Triton 3.x) or its name."""
-    for key in (json.dumps([index]), json.dumps(index), json.dumps(name)):
-        if key in constants:
-            return _as_triton(constants[key])
-    raise ReplayError(f"the recorded build gives no value for the constexpr {name!r}")
+    """A constexpr's recorded value, as the kernel takes it."""
+    key = _key(constants, index, name)
+    if key is None:
+        raise ReplayError(f"the recorded build gives no value for the constexpr {name!r}")
+    return _as_triton(constants[key])
 
 
 def _as_triton(v: Any) -> Any:
     """A recorded constant as the kernel takes it: a dtype's name ('fp32') as that Triton dtype."""
-    import triton.language as tl
-
-    names = tl.dtype.SINT_TYPES + tl.dtype.UINT_TYPES + tl.dtype.FP_TYPES + tl.dtype.OTHER_TYPES
-    return tl.dtype(v) if isinstance(v, str) and v in names else v
+    return triton_dtype(v) if isinstance(v, str) and v in triton_dtype_names() else v

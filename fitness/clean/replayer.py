@@ -11,13 +11,8 @@ from fitness.clean.built import compile_for_launch, kernel_named
 from fitness.clean.compiled import NotReplayable, check_launch_args, launch_compiled, load_compiled
 from fitness.clean.compiled import ReplayError as ReplayError  # re-exported: where a replay's failure was named
 from fitness.clean.primitives import ALLOC, COPY, DTYPES, ENUMS, FILL, PRIMITIVES, READ, VIEW, Device, Prim, check_args
-from fitness.clean.trace_check import check_trace as check_trace
-from fitness.clean.trace_values import (  # re-exported: the trace's shape, checked
-    bytes_of,
-    reinterpret,
-    specialization,
-    triton_dtype,
-)
+from fitness.clean.trace_check import check_trace as check_trace  # re-exported: the trace's shape, checked
+from fitness.clean.trace_values import bytes_of, reinterpret, specialization, triton_dtype
 from fitness.common.inputs import poison_value, work_elements
 
 
@@ -340,7 +335,6 @@ class Replayer:
             kernel = self._compiled(str(name), kernel, args, grid)
             check_launch_args(kernel, args)
             launch_compiled(kernel, grid, args)
-
 
     def _compiled(self, name: str, kernel: Any, args: list, grid: tuple) -> Any:
         """The launch's kernel: the recorded binary loaded (no `built`), or the build compiled here,

@@ -27,12 +27,19 @@ def specialization(a: Any) -> tuple:
     return (type(a).__name__,)
 
 
+def triton_dtype_names(values_only: bool = False) -> list[str]:
+    """Triton's own dtype names (`values_only`: those a tensor's elements can have)."""
+    import triton.language as tl
+
+    names = tl.dtype.SINT_TYPES + tl.dtype.UINT_TYPES + tl.dtype.FP_TYPES
+    return list(names) if values_only else list(names) + list(tl.dtype.OTHER_TYPES)
+
+
 def triton_dtype(name: object) -> Any:
     """A Triton dtype the trace names (only Triton's own names)."""
     import triton.language as tl
 
-    names = tl.dtype.SINT_TYPES + tl.dtype.UINT_TYPES + tl.dtype.FP_TYPES + tl.dtype.OTHER_TYPES
-    if name not in names:
+    if name not in triton_dtype_names():
         raise ReplayError(f"a Triton dtype of unknown name {str(name)[:40]!r} in the trace")
     return tl.dtype(str(name))
 
@@ -42,7 +49,6 @@ def reinterpret(t: torch.Tensor, name: object) -> Any:
     import triton
     import triton.language as tl
 
-    names = tl.dtype.SINT_TYPES + tl.dtype.UINT_TYPES + tl.dtype.FP_TYPES
-    if name not in names:
+    if name not in triton_dtype_names(values_only=True):
         raise ReplayError(f"a reinterpreted tensor of unknown Triton dtype {name!r} in trace")
     return triton.reinterpret(t, tl.dtype(name))

@@ -239,14 +239,13 @@ class Child(ScriptSide):
             raise CandidateError(f"torch did work outside Triton kernels: {ops}")
 
     # -- replay (a clean child: it never imports the candidate) ------------------------------
-    def _from_source(self, task: Task, source: str | None) -> dict[str, Any] | None:
+    def _from_source(self, task: Task, source: str | None) -> dict[str, Any]:
         """The candidate's @triton.jit kernels built from their own source alone (interpreted under
         the interpreter, compiled on a GPU: fitness.clean.built), once per source in this child;
-        ReplayError when the source cannot give them."""
+        ReplayError when the source cannot give them, or none came (fail closed: without it a GPU
+        replay would load the binaries the candidate's process recorded)."""
         if source is None:
-            if self.interpret:
-                raise ReplayError("the engine sent no source to build the interpreted kernels from")
-            return None
+            raise ReplayError("the engine sent no source to build the candidate's kernels from")
         source = for_here(source) if task.script is not None else source
         if source not in self._sources:
             self._sources = {source: kernels_from_source(source, module_name(source, "candidate"))}
