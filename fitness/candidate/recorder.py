@@ -142,11 +142,15 @@ class Recorder(TorchDispatchMode):
         key = str(getattr(kernel, "hash", id(kernel)))
         if key not in self.kernels:
             self.kernels[key] = describe_compiled(kernel)
-        signature = list(self.kernels[key]["signature"].values())
+        desc = self.kernels[key]
+        signature = list(desc["signature"].values())
+        declared = {desc["arg_names"].index(n) for n in desc["constexpr_args"] if n in desc["arg_names"]}
         enc: list = []
         for i, a in enumerate(args):
             kind = signature[i] if i < len(signature) else ""
-            if kind == "constexpr":
+            if kind == "constexpr" and i not in declared and type(a) is int:
+                enc.append(a)  # an integer equal to 1 Triton specialized away: a value of the call (a read index)
+            elif kind == "constexpr":
                 enc.append(None)
             elif str(kind).startswith("tensordesc") or str(kind).startswith("nvTmaDesc"):
                 self.problem = "kernels taking tensor descriptors cannot be replayed yet"

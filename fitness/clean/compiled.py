@@ -138,6 +138,16 @@ def launch_compiled(kernel: Any, grid: tuple, args: list) -> None:
     kernel.run(grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
 
 
+def constants_dropped(kernel: Any, args: list) -> list:
+    """A launch's arguments with None where the build made the parameter a constant (a constexpr,
+    or an integer equal to 1 that Triton specialized away): the launcher takes no value there."""
+    try:
+        kinds = [str(k) for k in dict(kernel.src.signature).values()]
+    except (AttributeError, TypeError):
+        raise ReplayError("the recorded kernel has no readable signature") from None
+    return [None if i < len(kinds) and kinds[i] == "constexpr" else a for i, a in enumerate(args)]
+
+
 def check_launch_args(kernel: Any, args: list) -> None:
     """A recorded launch's arguments against the kernel's own signature: every pointer an engine
     buffer (a tensor the replay made from the recorded layout), never a number, so the kernel

@@ -8,7 +8,7 @@ import torch
 
 from fitness.clean.aten_ops import AtenOp, AtenRefused, resolve, returns_views
 from fitness.clean.built import compile_for_launch, kernel_named
-from fitness.clean.compiled import NotReplayable, check_launch_args, launch_compiled, load_compiled
+from fitness.clean.compiled import NotReplayable, check_launch_args, constants_dropped, launch_compiled, load_compiled
 from fitness.clean.compiled import ReplayError as ReplayError  # re-exported: where a replay's failure was named
 from fitness.clean.primitives import ALLOC, COPY, DTYPES, ENUMS, FILL, PRIMITIVES, READ, VIEW, Device, Prim, check_args
 from fitness.clean.trace_check import check_trace as check_trace  # re-exported: the trace's shape, checked
@@ -44,6 +44,7 @@ class Replayer:
         self.torch_elements = 0
         self.torch_ops: dict[str, int] = {}
         self.stale_reads: list[str] = []  # host reads whose replayed value differs from the recorded one
+        self.carried: dict[int, int | None] = {}  # an integer read: recorded value -> the replay's (None: two)
         self.snapshots = {int(k): v.to(device) for k, v in trace["snapshots"].items()}
         outputs = {o["__t__"]["t"] for o in trace["outputs"]}
         # scratch: memory an allocation made that no output names; the replay's own, kept across
@@ -85,6 +86,7 @@ class Replayer:
         self.torch_elements = 0
         self.torch_ops = {}
         self.stale_reads = []
+        self.carried = {}
         bufs: dict[int, torch.UntypedStorage] = {}
         self.written: set[int] = set()  # buffers a launch or a writing step touched
         for bid, b in enumerate(self.trace["buffers"]):
@@ -181,10 +183,14 @@ class Replayer:
     def _read(self, key: str, recorded: object, value: object) -> None:
         """A value the call's host code read (`.item()`, `bool(t)`): the recorded program carries
         the recorded value onwards, so where the replay's differs the replay notes it (a wrong
-        result then is the replay's limit, not the candidate's: fitness.engine.replay)."""
+        result then is the replay's limit, not the candidate's: fitness.engine.replay). An integer
+        read is carried: a launch's scalar argument or grid size equal to the recorded value takes
+        the replay's (`_carry`), as the host code passing a read index or length on would."""
         if type(recorded) not in (bool, int, float):
             raise ReplayError(f"{key} did not read the one-element tensor the trace recorded")
         same = recorded == value or (isinstance(value, float) and value != value and recorded != recorded)
+        if not same and type(recorded) is int and type(value) is int:
+            self.carried[recorded] = value if self.carried.get(recorded, value) == value else None
         if not same and len(self.stale_reads) < 4:
             self.stale_reads.append(f"{key.split('.')[0]} read {value!r} on the replay's inputs where the call "
                                     f"recorded {recorded!r}")
@@ -318,23 +324,33 @@ class Replayer:
         if not isinstance(recorded, list) or not _ints(recorded) or not 1 <= len(recorded) <= 3 \
                 or any(g < 0 or g > 2**31 for g in recorded):
             raise ReplayError("recorded grid out of range")
-        grid = tuple(recorded) + (1,) * (3 - len(recorded))
+        grid = tuple(self._carry(g) for g in recorded) + (1,) * (3 - len(recorded))
         kernel = self.kernels.get(name) if isinstance(name, str) else None
         if kernel is None and self.built is not None and isinstance(name, str) and name in self.trace["kernels"]:
             kernel = kernel_named(self.built, self.trace["kernels"][name].get("name"))
         if kernel is None:
             raise ReplayError(f"a launch names a kernel the replay does not have: {str(ev.get('kernel'))[:120]}")
+        fixed = set(getattr(kernel, "constexprs", ()))  # a constexpr is the build's, never a read's
+        names = list(getattr(kernel, "arg_names", ()))
+        args = [a if i in fixed else self._carry(a) for i, a in enumerate(args)]
         self.written.update(r["t"] for r in _tensor_refs(ev["args"]))
         if self.interpreted:
             kwargs = self._decode(ev.get("kwargs") or {"__d__": {}}, bufs, kw=True)
             if not isinstance(kwargs, dict):
                 raise ReplayError("a launch's keywords cannot be read")
+            kwargs = {k: v if k in names and names.index(k) in fixed else self._carry(v) for k, v in kwargs.items()}
             self.written.update(r["t"] for r in _tensor_refs(ev.get("kwargs")))
             kernel.run(*args, grid=grid, warmup=False, **kwargs)
         else:
             kernel = self._compiled(str(name), kernel, args, grid)
+            args = constants_dropped(kernel, args)
             check_launch_args(kernel, args)
             launch_compiled(kernel, grid, args)
+
+    def _carry(self, v: Any) -> Any:
+        """An integer the recorded call passed on, as the replay's own read where it is one."""
+        carried = self.carried.get(v) if type(v) is int else None
+        return v if carried is None else carried
 
     def _compiled(self, name: str, kernel: Any, args: list, grid: tuple) -> Any:
         """The launch's kernel: the recorded binary loaded (no `built`), or the build compiled here,

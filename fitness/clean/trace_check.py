@@ -5,6 +5,8 @@ structure (no device, no kernels, no primitives): the one gate every trace passe
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from fitness.clean.compiled import ReplayError
@@ -62,15 +64,19 @@ def check_trace(trace: object, inplace: tuple[int, ...] = (), destinations: bool
 Constexprs = dict[str, tuple[tuple[int, ...], frozenset[str]]]  # kernel qualname -> (positions, names)
 
 
-def program_of(trace: dict, constexprs: Constexprs | None = None) -> tuple:
+def program_of(trace: dict, constexprs: Constexprs | None = None,
+               build: Callable[[dict], object] | None = None) -> tuple:
     """What a checked trace runs, values aside: each op's name and each launch's kernel, grid and
     constexpr values, with every tensor's layout. On a GPU a launch names its compiled binary,
     constexprs included; under the interpreter it names a function, so the values of its
     `tl.constexpr` parameters (`constexprs`, read from the source: kernel_source.constexpr_params)
-    are kept. Other scalars (sizes, seeds, a learning rate, a row read with `.item()`) may follow
-    the values and are left out, as are the grids after a host read. Two calls of one shape and
-    dtype run one program (fitness.engine.replay). Allocations and views are no part of it: a
-    workspace made on a shape's first call and kept is honest."""
+    are kept. With `build` (a recorded binary's description -> its build: constexprs and options),
+    a compiled launch names its build instead: Triton's own specialization of a value (a row
+    read equal to 1) makes another binary of the same program. Other scalars (sizes, seeds, a
+    learning rate, a row read with `.item()`) may follow the values and are left out, as are the
+    grids after a host read. Two calls of one shape and dtype run one program
+    (fitness.engine.replay). Allocations and views are no part of it: a workspace
+    made on a shape's first call and kept is honest."""
     reads = False
     steps: list[tuple] = []
     for ev in trace["events"]:
@@ -82,6 +88,8 @@ def program_of(trace: dict, constexprs: Constexprs | None = None) -> tuple:
                           _layout(ev.get("args")), _layout(ev.get("kwargs"))))
             continue
         kernel = str(ev.get("kernel"))
+        desc = trace["kernels"].get(kernel) if build is not None else None
+        kernel = repr(build(desc)) if build is not None and isinstance(desc, dict) else kernel
         positions, names = (constexprs or {}).get(kernel.rpartition(":")[2], ((), frozenset()))
         args = ev.get("args") if isinstance(ev.get("args"), list) else []
         kwargs = ev.get("kwargs", {}).get("__d__", {}) if isinstance(ev.get("kwargs"), dict) else {}

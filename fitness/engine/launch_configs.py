@@ -64,7 +64,7 @@ def trace_configs(trace: Mapping[str, Any]) -> list[KernelConfig]:
         key = ev.get("kernel") if isinstance(ev, Mapping) and ev.get("kind") == "launch" else None
         if isinstance(key, str) and key in kernels and key not in seen:
             seen.append(key)
-    return [_config(kernels[key]) for key in seen if isinstance(kernels[key], Mapping)]
+    return [build_of(kernels[key]) for key in seen if isinstance(kernels[key], Mapping)]
 
 
 def timed_configs(traces: Iterable[tuple[str, Mapping[str, Any]]]) -> list[KernelConfig]:
@@ -82,7 +82,9 @@ def describe(configs: list[KernelConfig], shapes: int) -> str:
     return "timed kernels, as compiled (an autotuner's pick included): " + "; ".join(parts) if parts else ""
 
 
-def _config(desc: Mapping[str, Any]) -> KernelConfig:
+def build_of(desc: Mapping[str, Any]) -> KernelConfig:
+    """A recorded compiled kernel's build: name, constexprs, options; what Triton specialized on
+    its own (an integer equal to 1, a pointer's alignment) is no part of it."""
     names = list(desc.get("arg_names") or [])
     declared = desc.get("constexpr_args")  # the kernel's tl.constexpr parameters, where recorded
     declared = {d for d in declared if isinstance(d, str)} if isinstance(declared, list) else None

@@ -21,6 +21,7 @@ from fitness.common.messages import Replay, ReplayItem
 from fitness.common.replies import ReplayResult as ReplayedCall
 from fitness.engine.correctness import Traces
 from fitness.engine.judges import Judge
+from fitness.engine.launch_configs import build_of
 from fitness.engine.outputs import OutputsChecker
 from fitness.engine.pool import CancelCheck, ChildProcess, WorkerFailure, WorkerPool
 from fitness.engine.settings import StageSettings
@@ -123,7 +124,7 @@ def program_problem(calls: list[tuple[dict, dict]], constexprs: Constexprs | Non
     for case, trace in calls:
         try:
             check_trace(trace)
-            prog = program_of(trace, constexprs)
+            prog = program_of(trace, constexprs, build_of)
         except ReplayError:
             continue  # the replay of that call names what is wrong with it
         key = (repr(sorted(case["shape"].items())), case["dtype"])

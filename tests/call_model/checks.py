@@ -103,12 +103,24 @@ def check_aten_ops_outside_the_old_table_and_in_place_forms_on_a_temporary_repla
     assert rep.torch_ops["aten::round_.default"] == 256
 
 
-def check_an_index_read_with_item_is_read_on_the_replays_values_and_noted_where_it_differs():
+def check_an_index_read_with_item_is_read_on_the_replays_values_and_carried_to_the_launch_it_feeds():
     def make(s):
         return torch.randn(4, 32, generator=torch.Generator().manual_seed(s)), torch.tensor(s % 4)
     rep, outs, want = _replay("item_index", make)
     assert rep.stale_reads == ["_local_scalar_dense read 2 on the replay's inputs where the call recorded 1"]
-    assert not torch.allclose(outs[0], want)  # the recorded program went on with row 1: the engine labels it
+    assert rep.carried == {1: 2}
+    torch.testing.assert_close(outs[0], want)  # the launch's row argument took the replay's read
+
+
+def check_a_flag_computed_from_a_read_is_not_carried_and_the_replay_notes_the_stale_read():
+    def make(s):
+        return (_vec(s).reshape(2, 128) + (100.0 if s == 2 else 0.0),)
+    mod, kernels = _load("flag_from_read")
+    trace = _record(mod, make(1))
+    rep = Replayer(trace, "cpu", kernels)
+    outs = rep.run(make(2))
+    assert rep.carried == {} and rep.stale_reads, rep.stale_reads  # a float read; the flag derived from it stays
+    assert not torch.allclose(outs[0], torch.softmax(make(2)[0], dim=1), equal_nan=True)
 
 
 def check_scratch_memory_is_the_replays_own_kept_across_calls_and_scrambled_before_every_pass():
