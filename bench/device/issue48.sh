@@ -10,8 +10,9 @@
 #           "Offset increment outside graph capture"; uniform_sampling's try-alias helper;
 #           bmm_chunk_bwd's specialized argument), validated again after their fixes
 #   bench   bench/evaluator_bench.py --workers 12 on builtin, the GPU's memory sampled every 2 s
+#   planted the planted-binary exploit against its honest twin, judged by this commit and by 8ae4158
 # carry: [".whl", ".suites", ".before"]. LIMIT: each validate's own limit in seconds (default 420).
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." && ROOT=$PWD
 bash .whl/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/bw/usr/bin:$PATH \
   TRITON_EVOLVE_DATA=$PWD/.suites PYTHONUNBUFFERED=1
 SEED=${SEED:-48}
@@ -43,6 +44,14 @@ for step in ${STEP//,/ }; do
         --tasks batched_vecmat_mult,diag_ssm_triton,fast_rms_layernorm,uniform_sampling,bmm_chunk_bwd,chunked_cumsum_fwd,fast_rope_embedding \
         --validation "$OUT/validation-recheck.json" > "$OUT/validate-recheck.txt" 2>&1
       tail -14 "$OUT/validate-recheck.txt";;
+    planted)
+      for dir in . .before; do
+        [ -d "$dir/fitness" ] || continue
+        echo "== evaluator of $dir" >> "$OUT/planted.txt"
+        (cd $dir && timeout 240 python "$ROOT/bench/twin_gap.py" --task softmax --file \
+          "$ROOT/tests/exploits/v4/planted_binary.py" --switch "PLANT = True" "PLANT = False" >> "$OUT/planted.txt" 2>&1)
+      done
+      cat "$OUT/planted.txt";;
     bench)
       m=$(memory bench)
       timeout 420 python bench/evaluator_bench.py --workers 12 --rounds 1 --no-aa > "$OUT/bench.txt" 2>&1
