@@ -22,6 +22,8 @@ FLAG_NOTES = {
     Flag.NOISY_TIMING.value: "a shape's trials spread more than 10% (interquartile range over median)",
     Flag.NOT_REPLAYABLE.value: "the replay cannot model this call (the engine's limit, named in the reason), "
                                "so it was not judged: not the kernel's failure",
+    Flag.ENGINE_OUT_OF_MEMORY.value: "the evaluator's own child ran out of GPU memory even with the GPU to itself: "
+                                     "not the kernel's failure",
     Flag.FASTER_THAN_ROOFLINE.value: "faster than the roofline on some shape: the timing is suspect",
     Flag.SPEEDUP_REVIEW.value: "speedup over 10x: review it before trusting it",
     Flag.INVALID_HERE.value: "the task is invalid on this hardware",

@@ -101,6 +101,13 @@ def run_pass(ev: Evaluator, items: list, label: str) -> dict:
             print(f"[{label}] {name} children so far: {pool.served['spare']} warm from {pool.spares} spares, "
                   f"{pool.served['cold']} forked cold; a spare's device start {pool.spare_start_s / n:.2f} s "
                   f"on average", flush=True)
+    memory = getattr(ev, "memory", None)  # admission by GPU memory (absent before issue 48)
+    if memory is not None:
+        needs = ", ".join(f"{r} {memory.need(r) / 2**30:.1f}" for r in ("candidate", "clean", "baseline"))
+        print(f"[{label}] GPU memory admission: most reserved at once {memory.most_held / 2**30:.1f} GiB of a "
+              f"{memory.budget / 2**30:.1f} GiB budget; children waited {memory.waited_s:.1f} s in all; stages "
+              f"run again alone after running out of memory: {memory.alone_runs}; needs now (GiB): {needs}",
+              flush=True)
     refs = ev.references
     print(f"[{label}] references: {refs.computed - refs0[0]} computed, {refs.compute_s - refs0[1]:.1f} s computing, "
           f"{refs.wait_s - refs0[2]:.1f} s waiting for one of {refs.parallel} turns", flush=True)

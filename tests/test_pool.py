@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from fitness.engine.gpu_memory import ChildRole
 from fitness.engine.pool import WorkerFailure, WorkerPool
 from fitness.engine.sandbox import detect
 
@@ -136,7 +137,8 @@ def test_a_spare_child_is_started_ahead_and_still_serves_one_conversation_only()
 def test_a_candidates_child_runs_at_a_lower_priority_than_a_timing_child():
     from fitness.process.isolation import CANDIDATE_NICE
     base = os.nice(0)
-    pools = {clean: WorkerPool(1, detect(True), True, 4 << 30, clean=clean) for clean in (False, True)}
+    pools = {clean: WorkerPool(1, detect(True), True, 4 << 30, role=ChildRole("clean" if clean else "candidate"))
+             for clean in (False, True)}
     try:
         seen = {}
         for clean, p in pools.items():

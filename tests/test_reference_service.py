@@ -7,6 +7,7 @@ from fitness.common.compare import compare_outputs
 from fitness.common.inputs import draw_inputs
 from fitness.common.reference import ReferenceCache
 from fitness.engine.evaluator import EvalConfig, Evaluator
+from fitness.engine.gpu_memory import ChildRole
 from fitness.engine.pool import WorkerPool
 from fitness.engine.reference_service import ReferenceService
 from fitness.engine.sandbox import detect
@@ -19,7 +20,7 @@ def spec(task):
 @pytest.fixture()
 def service():
     local = ReferenceCache(1 << 30, "cpu")
-    s = ReferenceService(WorkerPool(2, detect(True), True, 4 << 30, clean=True), local, spec, 60.0)
+    s = ReferenceService(WorkerPool(2, detect(True), True, 4 << 30, role=ChildRole("clean")), local, spec, 60.0)
     yield s
     s.close()
 
@@ -74,7 +75,7 @@ def test_where_no_reference_child_can_answer_the_engine_compares_itself(builtin)
     # on the CPU, as the service's child and outputs_of are (on a GPU machine an "auto" evaluator
     # drew its references on the GPU, other numbers: failed on the H200)
     with Evaluator(EvalConfig(workers=1, sandbox=False, device="cpu")) as ev:
-        s = ReferenceService(WorkerPool(1, detect(True), True, 4 << 30, clean=True), ev.references,
+        s = ReferenceService(WorkerPool(1, detect(True), True, 4 << 30, role=ChildRole("clean")), ev.references,
                              lambda t: nowhere, 60.0)
         ev.ref_service = ev.outputs.service = s  # as on a GPU machine (the oracle holds it since the stages split)
         task = builtin["softmax"]

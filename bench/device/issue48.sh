@@ -9,7 +9,8 @@
 #   recheck the tasks the "after" run lost to the engine (a baseline child's scramble graph raising
 #           "Offset increment outside graph capture"; uniform_sampling's try-alias helper;
 #           bmm_chunk_bwd's specialized argument), validated again after their fixes
-#   bench   bench/evaluator_bench.py --workers 12 on builtin, the GPU's memory sampled every 2 s
+#   bench   bench/evaluator_bench.py --workers 12 on builtin, this commit and 8ae4158, the GPU's memory
+#           sampled every 2 s
 #   planted the planted-binary exploit against its honest twin, judged by this commit and by 8ae4158
 # carry: [".whl", ".suites", ".before"]. LIMIT: each validate's own limit in seconds (default 420).
 cd "$(dirname "$0")/../.." && ROOT=$PWD
@@ -52,11 +53,16 @@ for step in ${STEP//,/ }; do
           "$ROOT/tests/exploits/v4/planted_binary.py" --switch "PLANT = True" "PLANT = False" >> "$OUT/planted.txt" 2>&1)
       done
       cat "$OUT/planted.txt";;
-    bench)
-      m=$(memory bench)
-      timeout 420 python bench/evaluator_bench.py --workers 12 --rounds 1 --no-aa > "$OUT/bench.txt" 2>&1
-      echo "exit $?" >> "$OUT/bench.txt"; kill "$m"
-      echo "peak GPU memory (MiB): $(sort -n "$OUT/gpu-mem-bench.txt" | tail -1)" >> "$OUT/bench.txt"
-      tail -30 "$OUT/bench.txt";;
+    bench)  # this commit, then 8ae4158 (.before, where carried), 12 workers each, the GPU's memory sampled
+      for dir in . .before; do
+        [ -d "$dir/fitness" ] || continue
+        tag=$([ "$dir" = . ] && echo after || echo before)
+        m=$(memory "bench-$tag")
+        (cd $dir && timeout 300 python bench/evaluator_bench.py --workers 12 --rounds 1 --no-aa \
+          > "$OUT/bench-$tag.txt" 2>&1; echo "exit $?" >> "$OUT/bench-$tag.txt")
+        kill "$m"; pkill -KILL -f -- "-m fitness\." 2>/dev/null; sleep 2
+        echo "peak GPU memory (MiB): $(sort -n "$OUT/gpu-mem-bench-$tag.txt" | tail -1)" >> "$OUT/bench-$tag.txt"
+        tail -32 "$OUT/bench-$tag.txt"
+      done;;
   esac
 done

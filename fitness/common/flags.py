@@ -26,6 +26,8 @@ class Flag(str, Enum):
     NOISY_TIMING = "noisy-timing"  # a shape's trials spread more than the noise bound
     GPU_IDLE_UNVERIFIED = "gpu-idle-unverified"  # NVML could not show the GPU's other processes
     NOT_REPLAYABLE = "not-replayable"  # the replay cannot model the call (the engine's limit, not the candidate's)
+    # a clean or baseline child ran out of GPU memory even with the GPU to itself (the engine's failure)
+    ENGINE_OUT_OF_MEMORY = "engine-out-of-memory"
     FASTER_THAN_ROOFLINE = "faster-than-roofline"  # faster than the device's ceilings on some shape
     SPEEDUP_REVIEW = f"speedup-over-{SUSPICIOUS_SPEEDUP:g}x-review"  # too good to trust unreviewed
 

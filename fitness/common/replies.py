@@ -137,6 +137,7 @@ class _Envelope(Payload):
     fatal: bool = False  # a CUDA fault: the child can serve nothing more
     nonce: str | None = None
     phase_ms: dict[str, float] = field(default_factory=dict)
+    gpu_peak: int = 0  # the bytes the child's allocator reserved at most, so far (fitness.engine.gpu_memory)
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,7 @@ class Reply(Generic[P]):
     nonce: str | None = None
     phase_ms: dict[str, float] = field(default_factory=dict)
     malformed: bool = False
+    gpu_peak: int = 0
 
     @staticmethod
     def from_wire(d: Any, answer: type[P]) -> Reply[P]:
@@ -160,7 +162,7 @@ class Reply(Generic[P]):
             payload = None if env.error else answer.from_wire(d)
         except BadMessage as e:
             return Reply[P](None, error=f"the child's reply is malformed: {e}", fatal=True, malformed=True)
-        return Reply(payload, env.error, env.stage, env.fatal, env.nonce, env.phase_ms)
+        return Reply(payload, env.error, env.stage, env.fatal, env.nonce, env.phase_ms, gpu_peak=env.gpu_peak)
 
     @staticmethod
     def failed(error: str) -> Reply[Any]:

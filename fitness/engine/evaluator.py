@@ -25,16 +25,17 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from fitness.common.flags import Flag
 from fitness.common.reference import ReferenceCache
-from fitness.engine.correctness import Correctness, Traces
+from fitness.engine.correctness import Correctness, CorrectnessResult, Traces
+from fitness.engine.gpu_memory import CANDIDATE_SHARE, ChildRole, GpuMemory, device_memory, out_of_memory
 from fitness.engine.judges import Judge, ScriptJudge, judge_for
 from fitness.engine.measuring import BASELINE_CHILDREN, MeasuringTurn
 from fitness.engine.outcome import CleanChild, Evaluation, reference_verdict, task_code_verdict, verdict_from
@@ -58,6 +59,7 @@ from suites.task import Task, failure_line
 TIMING_CHILDREN = 3
 # per pool at least, else a third of its slots; each holds a CUDA context (~0.5 GiB of GPU memory)
 SPARE_CHILDREN = 2
+R = TypeVar("R")
 
 
 def slots_per_unit(workers: int) -> int:
@@ -108,19 +110,22 @@ class Evaluator:
         # on a GPU a few children wait forked with CUDA started (fitness.engine.pool.WorkerPool)
         def spares(size: int) -> int:
             return max(SPARE_CHILDREN, -(-size // 3)) if self.gpu else 0
+        # admission by GPU memory: every child of every pool holds its role's need while it lives
+        self.memory: GpuMemory | None = device_memory() if self.gpu else None
         self.pool = WorkerPool(config.workers, self.sandbox, self.interpret, mem, config.triton_cache,
-                               spares=spares(config.workers))
+                               spares=spares(config.workers), role=ChildRole("candidate", self.memory))
         # one measuring turn per GPU (the baseline lock): the replay children and the baseline child take
         # turns in it, while the next candidates' replay children get ready beside it
         n_clean = max(TIMING_CHILDREN, config.workers)
 
-        def clean(size: int, spares: int) -> WorkerPool:
-            return WorkerPool(size, self.sandbox, False, mem, config.triton_cache, clean=True, spares=spares)
-        self.timer = clean(n_clean, spares(n_clean)) if self.gpu else None
-        self.turn = MeasuringTurn(self.settings, clean(BASELINE_CHILDREN, 0)) if self.gpu else None
+        def clean(size: int, spares: int, role: str) -> WorkerPool:
+            return WorkerPool(size, self.sandbox, False, mem, config.triton_cache, spares, ChildRole(role, self.memory))
+        self.timer = clean(n_clean, spares(n_clean), "clean") if self.gpu else None
+        self.turn = MeasuringTurn(self.settings, clean(BASELINE_CHILDREN, 0, "baseline")) if self.gpu else None
         self.references = references or ReferenceCache(config.reference_cache_bytes, self.compare_device)
         # on a GPU the references and comparisons run in clean children (fitness.engine.reference_service)
-        self.ref_service = ReferenceService(clean(REFERENCE_CHILDREN, 0), self.references, self.settings.task_spec,
+        self.ref_service = ReferenceService(clean(REFERENCE_CHILDREN, 0, "reference"), self.references,
+                                            self.settings.task_spec,
                                             config.timeout_s) if self.gpu else None
         self.outputs = EngineOracle(self.references, self.ref_service)
         self.script_refs = ScriptReferences(self.pool, config.seeds, self.interpret, config.timeout_s,
@@ -219,17 +224,31 @@ class Evaluator:
         source = source.decode() if isinstance(source, bytes) else source
         # order: slots serve the candidates that began evaluating first, so a task's
         # starting kernel is not overtaken by the children other tasks make meanwhile
-        correct = self.correctness.run(task, judge, source, cancel, order=t0)
-        found = replace(found, correctness=correct)
+        correct = self._alone_on_oom(lambda: self.correctness.run(task, judge, source, cancel, order=t0),
+                                     lambda c: (c.failure,), cancel)
+        found = replace(found, correctness=_cap_named(correct))
         if correct.traces is None:
             return found
         found = replace(found, replayed=self._replayed_words(judge, correct.traces))
         if not self.gpu:
             return replace(found, replay=self.replayer.run(task, judge, source, correct.traces, cancel))
-        replayed, timing, clean = self._clean_stages(task, judge, correct.traces, timed, cancel, t0,
-                                                     (base_src, source))
+        traces = correct.traces
+        replayed, timing, clean = self._alone_on_oom(
+            lambda: self._clean_stages(task, judge, traces, timed, cancel, t0, (base_src, source)),
+            lambda r: (r[0].failure, r[1] and r[1].failure, r[2].failure), cancel)
+        replayed, timing, clean = _engines_own(replayed, timing, clean)
         aa_source = source if not aa and judge.is_baseline(source) else None
         return replace(found, replay=replayed, timing=timing, clean=clean, aa_source=aa_source)
+
+    def _alone_on_oom(self, stage: Callable[[], R], failures: Callable[[R], tuple], cancel: CancelCheck | None) -> R:
+        """The stage, run again alone where it failed for the GPU's memory (fitness.engine.gpu_memory)."""
+        if self.memory is None:
+            return stage()
+
+        def waiting() -> None:
+            if cancel and cancel():
+                raise Cancelled()
+        return self.memory.retried(stage, lambda r: (f.reason for f in failures(r) if f is not None), waiting)
 
     def _evaluation(self, task: Task, aa: bool = False, timed: bool = True) -> Evaluation:
         """An evaluation of `task` before any stage ran: what this evaluator says of every one."""
@@ -338,3 +357,25 @@ class Evaluator:
     def units(self, evaluations: int = 0) -> list[UnitStats]:
         return [UnitStats("local", self.pool.device("?"), self.gpu, self.config.workers,
                           evaluations, round(self.pool.busy_s, 3), round(self.measuring_s, 3))]
+
+
+def _cap_named(correct: CorrectnessResult) -> CorrectnessResult:
+    """A candidate's process that ran out of GPU memory with the GPU to itself: its failure, with its cap named."""
+    f = correct.failure
+    if f is None or not out_of_memory(f.reason):
+        return correct
+    note = (f"the candidate's process ran out of GPU memory with the GPU to itself (its cap: {CANDIDATE_SHARE:.0%} "
+            "of the GPU's memory): ")
+    return replace(correct, failure=replace(f, reason=note + f.reason))
+
+
+def _engines_own(replayed: ReplayResult, timing: TimingResult | None,
+                 clean: CleanChild) -> tuple[ReplayResult, TimingResult | None, CleanChild]:
+    """A clean or baseline child that ran out of GPU memory even alone: the evaluator's failure, flagged so."""
+    def named(f: Failure | None) -> Failure | None:
+        if f is None or not out_of_memory(f.reason):
+            return f
+        return Failure(f"the evaluator ran out of GPU memory in its own child, even alone (not the candidate's "
+                       f"failure): {f.reason}", f.stage, f.flags + (Flag.ENGINE_OUT_OF_MEMORY,))
+    timing = replace(timing, failure=named(timing.failure)) if timing is not None else None
+    return replace(replayed, failure=named(replayed.failure)), timing, replace(clean, failure=named(clean.failure))

@@ -59,6 +59,7 @@ class ChildProcess:
         self._reaper_lived = True  # whether the reaper was alive when the child was first killed
         self._shm = _ShmWatch(zygote.pid if zygote else None, set() if tainted_shm is None else tainted_shm)
         self.left_behind = ""  # why the candidate fails for what it left (processes, files)
+        self.gpu_peak = 0  # the most its allocator reserved, as its replies said (fitness.engine.gpu_memory)
 
     def hello(self) -> None:
         if self.reaper is None:
@@ -108,6 +109,7 @@ class ChildProcess:
                                 "child killed")
         if reply.fatal:
             self.kill()  # a CUDA fault poisons the context: nothing more from this process
+        self.gpu_peak = max(self.gpu_peak, reply.gpu_peak)
         return raw
 
     def _exchange(self, msg: dict | None, timeout_s: float, what: str) -> dict:

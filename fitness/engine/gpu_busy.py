@@ -42,14 +42,7 @@ class _Nvml(ctypes.Structure):
 def nvml_sampler() -> Sampler:
     """The driver's per-process samples of the GPU the children use (CUDA_VISIBLE_DEVICES' first
     entry: an index or a UUID); OSError where NVML is missing."""
-    lib = ctypes.CDLL("libnvidia-ml.so.1")
-    _ok(lib.nvmlInit_v2(), "nvmlInit")
-    handle = ctypes.c_void_p()
-    first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
-    if first.startswith("GPU-") or first.startswith("MIG-"):
-        _ok(lib.nvmlDeviceGetHandleByUUID(first.encode(), ctypes.byref(handle)), "nvmlDeviceGetHandleByUUID")
-    else:
-        _ok(lib.nvmlDeviceGetHandleByIndex_v2(int(first or 0), ctypes.byref(handle)), "nvmlDeviceGetHandleByIndex")
+    lib, handle = nvml_device()
 
     def samples(since_us: int) -> list[Sample]:
         count = ctypes.c_uint(0)
@@ -66,6 +59,23 @@ def nvml_sampler() -> Sampler:
         return [Sample(int(x.pid), int(x.smUtil), int(x.timeStamp)) for x in buf[:count.value]]
     samples(int(time.time() * 1e6))  # fails now, where per-process samples are not supported, not mid-turn
     return samples
+
+
+def nvml_device() -> tuple[ctypes.CDLL, ctypes.c_void_p]:
+    """NVML and its handle of the GPU the children use (CUDA_VISIBLE_DEVICES' first entry: an
+    index or a UUID); OSError where NVML is missing."""
+    try:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as e:
+        raise OSError(f"NVML cannot be loaded: {e}") from None
+    _ok(lib.nvmlInit_v2(), "nvmlInit")
+    handle = ctypes.c_void_p()
+    first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
+    if first.startswith("GPU-") or first.startswith("MIG-"):
+        _ok(lib.nvmlDeviceGetHandleByUUID(first.encode(), ctypes.byref(handle)), "nvmlDeviceGetHandleByUUID")
+    else:
+        _ok(lib.nvmlDeviceGetHandleByIndex_v2(int(first or 0), ctypes.byref(handle)), "nvmlDeviceGetHandleByIndex")
+    return lib, handle
 
 
 def _ok(rc: int, what: str) -> None:

@@ -33,6 +33,7 @@ from fitness.common.replies import P, Reply
 from fitness.engine.forked_child import STARTUP_TIMEOUT_S, _tail
 from fitness.engine.forked_child import ChildProcess as ChildProcess
 from fitness.engine.forked_child import WorkerFailure as WorkerFailure
+from fitness.engine.gpu_memory import ChildRole
 from fitness.engine.sandbox import PROJECT_ROOT as ROOT  # the zygote starts in the project folder
 from fitness.engine.sandbox import Sandbox, worker_env
 from fitness.process import reaper
@@ -151,6 +152,11 @@ class Zygote:
             self.proc = None
 
 
+def _stop_if(cancel: CancelCheck | None) -> None:
+    if cancel and cancel():
+        raise Cancelled()
+
+
 def _pin_zygote(pid: int, launcher: int) -> reaper.Pinned | None:
     """The zygote pinned, where it is the launcher itself or runs below it (bubblewrap's)."""
     p = reaper.pin(pid)
@@ -176,16 +182,22 @@ def _kill_group(pid: int) -> None:
 
 
 
+CANDIDATES = ChildRole()  # children that import candidates, admitted by no ledger
+
+
 class WorkerPool:
     """`size` slots over one zygote; callers wait, in order, for a free slot."""
 
     def __init__(self, size: int, sandbox: Sandbox, interpret: bool, mem_limit_bytes: int,
-                 triton_cache: str | None = None, clean: bool = False, spares: int = 0):
-        """`clean`: for children that never import a candidate (fitness.engine.sandbox.worker_env).
+                 triton_cache: str | None = None, spares: int = 0, role: ChildRole = CANDIDATES):
+        """`role`: what the children are; a clean one never imports a candidate
+        (fitness.engine.sandbox.worker_env), and where the role has the GPU's ledger
+        (fitness.engine.gpu_memory), every child holds its need there while it lives.
         `spares`: children forked and with their device started ahead of need, each still used
         for one conversation only (H100: starting CUDA took ~1 s of every child's slot); as
         many are started at once (H100 builtin, one filler: the spares ran out and every child
         of the steady state still waited ~1 s for its device)."""
+        self.role = role
         self.size = size
         self.spares = spares
         self._spare: list[ChildProcess] = []
@@ -193,7 +205,7 @@ class WorkerPool:
         self._fillers: list[threading.Thread] = []
         self._filling = 0  # children being forked and warmed now
         self._closed = False
-        self.zygote = Zygote(sandbox, interpret, mem_limit_bytes, triton_cache, clean)
+        self.zygote = Zygote(sandbox, interpret, mem_limit_bytes, triton_cache, role.clean)
         self._free = threading.Condition()
         self._idle = size
         self._waiting: list[tuple] = []  # heap of (order, ticket): who is served next
@@ -235,7 +247,7 @@ class WorkerPool:
     @contextlib.contextmanager
     def child(self, cancel: CancelCheck | None = None, order: float | None = None) -> Iterator[ChildProcess]:
         """A fresh child for one conversation, killed afterwards."""
-        self._take(cancel, order)
+        ticket = self._admitted(cancel, order)
         t0 = time.monotonic()
         child = None
         failed = ""
@@ -250,11 +262,29 @@ class WorkerPool:
                 if child.dead:
                     self.restarts += 1
                 child.close()
+                if self.role.ledger is not None:
+                    self.role.ledger.learn(self.role.name, child.gpu_peak)
+            if self.role.ledger is not None and ticket is not None:
+                self.role.ledger.release(ticket)
             self._give_back(t0)
         # what it left behind fails it too, or adds to why it failed
         note = "; ".join(filter(None, (failed, child.left_behind if child is not None else "")))
         if note:
             raise WorkerFailure(note)
+
+    def _admitted(self, cancel: CancelCheck | None, order: float | None) -> int | None:
+        """A slot, and where the GPU's memory is admitted, room for this role's child (its ticket):
+        a slot refused memory is given back while it waits (fitness.engine.gpu_memory.try_admit)."""
+        while True:
+            self._take(cancel, order)
+            ledger, role = self.role.ledger, self.role.name
+            if ledger is None:
+                return None
+            ticket = ledger.try_admit(role)
+            if ticket is not None:
+                return ticket
+            self._give_back(time.monotonic())
+            ledger.wait_for_room(role, lambda: _stop_if(cancel))
 
     def _take_spare(self) -> ChildProcess | None:
         if not self.spares:

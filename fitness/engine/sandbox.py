@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from fitness.engine.gpu_memory import CANDIDATE_SHARE
 from suites.data import project_cache
 
 # the project folder, on every worker's path (fitness/engine/ is two folders down): the suites and
@@ -112,6 +113,8 @@ def worker_env(interpret: bool, mem_limit_bytes: int, triton_cache: str | None =
     env = dict(os.environ)
     clean_dir = str(clean_cache_dir(triton_cache))
     env["TE_SHARED_TRITON_CACHE"] = clean_dir
+    # a candidate's process: its allocator's cap (fitness.engine.gpu_memory); clean children keep the default
+    env["TE_GPU_MEM_FRACTION"] = "0.8" if clean else str(CANDIDATE_SHARE)
     if clean:
         env["TE_CLEAN"] = "1"
         env["TRITON_CACHE_DIR"] = clean_dir
