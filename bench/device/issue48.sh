@@ -29,6 +29,7 @@ for step in ${STEP//,/ }; do
       timeout 300 python -m pytest -q -p no:cacheprovider -m "" \
         "tests/test_exploits_v3_timing.py::test_a_kernel_that_remembers_its_answers_is_timed_as_its_honest_twin" \
         tests/test_exploits_v3_trace.py tests/test_exploits_v4.py tests/test_honest_calls.py tests/test_script_replay.py \
+        tests/test_call_model.py tests/test_gpu_memory.py \
         > "$OUT/tests.txt" 2>&1
       echo "exit $?" >> "$OUT/tests.txt"; tail -25 "$OUT/tests.txt";;
     after|before)
@@ -49,7 +50,7 @@ for step in ${STEP//,/ }; do
       for dir in . .before; do
         [ -d "$dir/fitness" ] || continue
         echo "== evaluator of $dir" >> "$OUT/planted.txt"
-        (cd $dir && timeout 240 python "$ROOT/bench/twin_gap.py" --task softmax --file \
+        (cd $dir && timeout 120 python "$ROOT/bench/twin_gap.py" --task softmax --file \
           "$ROOT/tests/exploits/v4/planted_binary.py" --switch "PLANT = True" "PLANT = False" >> "$OUT/planted.txt" 2>&1)
       done
       cat "$OUT/planted.txt";;
@@ -58,7 +59,7 @@ for step in ${STEP//,/ }; do
         [ -d "$dir/fitness" ] || continue
         tag=$([ "$dir" = . ] && echo after || echo before)
         m=$(memory "bench-$tag")
-        (cd $dir && timeout 300 python bench/evaluator_bench.py --workers 12 --rounds 1 --no-aa \
+        (cd $dir && timeout 250 python bench/evaluator_bench.py --workers 12 --rounds 1 --no-aa \
           > "$OUT/bench-$tag.txt" 2>&1; echo "exit $?" >> "$OUT/bench-$tag.txt")
         kill "$m"; pkill -KILL -f -- "-m fitness\." 2>/dev/null; sleep 2
         echo "peak GPU memory (MiB): $(sort -n "$OUT/gpu-mem-bench-$tag.txt" | tail -1)" >> "$OUT/bench-$tag.txt"
