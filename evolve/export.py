@@ -21,6 +21,7 @@ from typing import Any, Callable
 from archives.archive import Archive
 from archives.metrics import best_kernel, rank
 from archives.records import Candidate
+from evolve.cli_options import program
 from fitness.common.flags import Flag
 from fitness.engine.launch_configs import KernelConfig
 from fitness.engine.verdict import geomean, untimeable_start
@@ -91,7 +92,8 @@ def _export_task(archive: Archive, run_id: int, name: str, out: Path, where: Whe
         if path.exists() and path.read_text(errors="replace").startswith(HEADER):
             path.unlink()  # an earlier run's export: this run has no kernel to stand behind it
         return entry
-    cmd = ["python", "run.py", "check", "--suite", where.suite]
+    # the command as the user runs it: `triton-evolve check` once installed
+    cmd = [*program().split(), "check", "--suite", where.suite]
     if where.suite_path:
         cmd += ["--suite-path", str(where.suite_path)]
     cmd += ["--task", name, str(path)]

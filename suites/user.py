@@ -358,7 +358,8 @@ def write_template(name: str, folder: str) -> Path:
         raise SuiteError(f"new-task: {out} exists already; give another NAME or --out DIR")
     if not Path(folder).is_dir():
         raise SuiteError(f"new-task: {folder} is not a folder")
-    out.write_text(TEMPLATE.read_text().replace(TEMPLATE_NAME, name))
+    # the template's docstring names its commands as the user runs them (`triton-evolve` once installed)
+    out.write_text(TEMPLATE.read_text().replace(TEMPLATE_NAME, name).replace("python run.py", _program()))
     return out
 
 

@@ -1,4 +1,5 @@
 """evolve/export.py: the winner per task, and its second timing at export."""
+import sys
 import threading
 from concurrent.futures import Future
 
@@ -85,3 +86,13 @@ def test_the_exported_header_names_the_build_its_timing_ran(tmp_path, builtin):
     lines = (tmp_path / "out" / "softmax.py").read_text().splitlines()
     assert lines[2] == "# timed build: softmax_kernel(BLOCK=1024, num_warps=8, num_stages=3) on {'rows': 4096}"
     assert lines[3].startswith("# reproduce: python run.py check")
+
+
+def test_the_exported_header_reproduces_with_the_command_the_user_runs(tmp_path, builtin, monkeypatch):
+    """Installed, the user types `triton-evolve`: the header's check command says so."""
+    archive, run_id = _searched(tmp_path, builtin)
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "bin" / "triton-evolve"), "--suite", "builtin"])
+    export(archive, run_id, "builtin", ["softmax"], tmp_path / "out")
+    out = tmp_path / "out" / "softmax.py"
+    reproduce = out.read_text().splitlines()[2]
+    assert reproduce == f"# reproduce: triton-evolve check --suite builtin --task softmax {out}"

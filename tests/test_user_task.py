@@ -47,6 +47,17 @@ def test_a_task_file_loads_with_its_pieces(tmp_path):
     assert load_task(t.suite, "my_op").start_source == t.start_source
 
 
+def test_the_template_names_its_commands_as_the_user_runs_them(tmp_path, monkeypatch):
+    """Installed, the user types `triton-evolve`; in a checkout, `python run.py`."""
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "bin" / "triton-evolve"), "new-task", "my_op"])
+    (tmp_path / "a").mkdir()
+    text = write_template("my_op", str(tmp_path / "a")).read_text()
+    assert "Written by `triton-evolve new-task my_op`" in text and "`triton-evolve validate --suite my_op.py`" in text
+    assert "python run.py" not in text
+    monkeypatch.setattr(sys, "argv", ["run.py", "new-task", "my_op"])
+    assert "`python run.py validate --suite my_op.py`" in write_template("my_op", str(tmp_path)).read_text()
+
+
 def test_a_folder_loads_every_task_and_a_bad_file_costs_only_itself(tmp_path):
     write_template("one", str(tmp_path))
     two = write_template("two", str(tmp_path))
