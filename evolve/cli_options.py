@@ -12,6 +12,10 @@ from evolve.config_file import OptionSpec
 
 COMMANDS = ("search", "resume", "check", "validate", "list", "llm-batch", "report", "ui", "new-task")
 
+# the default record and archive of a task file or folder (suites.user.suite_label): its name and
+# a digest of its absolute path, so two folders named `tasks` keep two of each
+_OWN_SUITE_NAME = "a task file or folder NAME: runs/NAME-<8 hex digits of its absolute path>"
+
 
 def common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", default="builtin", help="builtin, tritonbench, rocm or kernelbench; or your own: "
@@ -19,7 +23,8 @@ def common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite-path", default=None, help="folder holding the suite's data (else $TRITON_EVOLVE_DATA, "
                    "else a per-user cache filled by download)")
     p.add_argument("--validation", default=None, metavar="FILE",
-                   help="validate's record of the tasks invalid here (default runs/<suite>-validation.json)")
+                   help="validate's record of the tasks invalid here (default runs/<suite>-validation.json; "
+                   f"{_OWN_SUITE_NAME}-validation.json)")
 
 
 def _eval_opts(p: argparse.ArgumentParser) -> None:
@@ -57,8 +62,9 @@ def _search_opts(p: argparse.ArgumentParser, resume: bool = False) -> None:
     if resume:
         p.add_argument("archive", help="the SQLite archive whose latest run goes on, with its stored settings")
     else:
-        p.add_argument("--archive", default=None, help="SQLite archive (default runs/<suite>.db); one that "
-                       "holds a run resumes it, with its stored settings")
+        p.add_argument("--archive", default=None,
+                       help=f"SQLite archive (default runs/<suite>.db; {_OWN_SUITE_NAME}.db); "
+                       "one that holds a run resumes it, with its stored settings")
     p.add_argument("--export", default=None, metavar="DIR",
                    help="export folder (default: beside the archive, named after it: runs/x.db -> runs/x-best)")
     p.add_argument("--operators", default=None, help="knobs, llm or both (default: llm when one is "

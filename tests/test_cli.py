@@ -160,3 +160,21 @@ def test_ctrl_c_stops_validate_within_seconds_and_keeps_what_finished(tmp_path):
     # the in-flight task is cancelled too, not waited for (3.7 s seen on 2 shared CPU cores)
     assert time.monotonic() - t0 < 12
     assert 1 <= len(json.loads(record.read_text())["tasks"]) < len(tasks)
+
+
+def test_the_help_gives_the_default_record_and_archive_of_a_task_file_as_they_are_named(tmp_path):
+    """A task file's record and archive carry a digest of its path; `--help` says so."""
+    import re
+
+    from suites.user import suite_label, write_template
+    from suites.validation import record_path
+
+    task = write_template("my_op", str(tmp_path))
+    text = "".join(run("validate", "--help").stdout.split())  # however argparse wraps it
+    said = re.search(r"ataskfileorfolderNAME:(runs/NAME-<8hexdigitsofitsabsolutepath>)-validation\.json", text)
+    assert said, text
+    pattern = re.escape(said.group(1)).replace("NAME", "my_op").replace(
+        re.escape("<8hexdigitsofitsabsolutepath>"), "[0-9a-f]{8}")
+    assert re.fullmatch(pattern + r"-validation\.json", str(record_path(str(task))))
+    assert re.fullmatch(pattern, f"runs/{suite_label(str(task))}")
+    assert "runs/NAME-<8hexdigitsofitsabsolutepath>.db" in "".join(run("search", "--help").stdout.split())
