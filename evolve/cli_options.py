@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, Sequence
 
 from evolve.config_file import OptionSpec
 
@@ -161,6 +161,18 @@ def search_specs() -> dict[str, OptionSpec]:
 
 class Parser(argparse.ArgumentParser):
     """argparse, with a did-you-mean for a misspelt option (`--islnds`)."""
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """An option the command does not take is the command's error: its usage and its own
+        options' suggestions (argparse leaves it to the top level, which showed the commands' list)."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            sub = next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+            command = getattr(parsed, "command", None)
+            owner = sub.choices[command] if sub is not None and command in sub.choices else self
+            owner.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
 
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
         from suites.registry import did_you_mean

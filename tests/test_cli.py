@@ -178,3 +178,16 @@ def test_the_help_gives_the_default_record_and_archive_of_a_task_file_as_they_ar
     assert re.fullmatch(pattern + r"-validation\.json", str(record_path(str(task))))
     assert re.fullmatch(pattern, f"runs/{suite_label(str(task))}")
     assert "runs/NAME-<8hexdigitsofitsabsolutepath>.db" in "".join(run("search", "--help").stdout.split())
+
+
+def test_an_unknown_option_of_a_command_gets_that_commands_usage_and_suggestions():
+    p = run("validate", "--sute", "builtin")
+    assert p.returncode == 2 and p.stderr.startswith("usage: run.py validate [-h] [--suite SUITE]"), p.stderr
+    assert p.stderr.splitlines()[-1] == \
+        "run.py validate: error: unrecognized arguments: --sute builtin; --sute (did you mean '--suite'?)"
+    assert "{search,resume" not in p.stderr
+    p = run("validate", "--watch", "30")  # report's option: validate does not take it, nor suggest it
+    assert p.returncode == 2
+    assert p.stderr.splitlines()[-1] == "run.py validate: error: unrecognized arguments: --watch 30"
+    p = run("--islnds", "2")  # the main command's own
+    assert p.returncode == 2 and p.stderr.startswith("usage: run.py search") and "'--islands'" in p.stderr
