@@ -172,3 +172,18 @@ def test_a_child_waiting_for_memory_gives_its_slot_to_the_stage_running_alone():
         assert done == ["alone", "waiter"]
     finally:
         pool.close()
+
+
+def test_a_living_childs_reservation_grows_with_the_peaks_it_reports():
+    memory = GpuMemory(80 * GIB)
+    ticket = memory.try_admit("baseline")
+    assert ticket is not None
+    memory.grow(ticket, 9 * GIB)  # a long-lived baseline child's prepared inputs
+    memory.grow(ticket, 1 * GIB)  # a lower peak never shrinks it
+    assert memory.most_held == 9 * GIB + CONTEXT_BYTES
+    memory.release(ticket)
+    memory.set_aside(70 * GIB)  # spare children's contexts: room only for one child at a time
+    release, first = threading.Event(), threading.Event()
+    _hold(memory, "candidate", release, first)
+    assert first.wait(2) and not _admitted_within(memory, "clean", 0.5)
+    release.set()

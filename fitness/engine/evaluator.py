@@ -35,7 +35,7 @@ import torch
 from fitness.common.flags import Flag
 from fitness.common.reference import ReferenceCache
 from fitness.engine.correctness import Correctness, CorrectnessResult, Traces
-from fitness.engine.gpu_memory import CANDIDATE_SHARE, ChildRole, GpuMemory, device_memory, out_of_memory
+from fitness.engine.gpu_memory import CANDIDATE_SHARE, CONTEXT_BYTES, ChildRole, GpuMemory, device_memory, out_of_memory
 from fitness.engine.judges import Judge, ScriptJudge, judge_for
 from fitness.engine.measuring import BASELINE_CHILDREN, MeasuringTurn
 from fitness.engine.outcome import CleanChild, Evaluation, reference_verdict, task_code_verdict, verdict_from
@@ -122,6 +122,8 @@ class Evaluator:
             return WorkerPool(size, self.sandbox, False, mem, config.triton_cache, spares, ChildRole(role, self.memory))
         self.timer = clean(n_clean, spares(n_clean), "clean") if self.gpu else None
         self.turn = MeasuringTurn(self.settings, clean(BASELINE_CHILDREN, 0, "baseline")) if self.gpu else None
+        if self.memory is not None:  # the spares' CUDA contexts, held before any admission
+            self.memory.set_aside(CONTEXT_BYTES * (self.pool.spares + (self.timer.spares if self.timer else 0)))
         self.references = references or ReferenceCache(config.reference_cache_bytes, self.compare_device)
         # on a GPU the references and comparisons run in clean children (fitness.engine.reference_service)
         self.ref_service = ReferenceService(clean(REFERENCE_CHILDREN, 0, "reference"), self.references,

@@ -14,6 +14,7 @@ import secrets
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from typing import IO
 
 from fitness.common.messages import BadMessage, Ready, Request
@@ -60,6 +61,7 @@ class ChildProcess:
         self._shm = _ShmWatch(zygote.pid if zygote else None, set() if tainted_shm is None else tainted_shm)
         self.left_behind = ""  # why the candidate fails for what it left (processes, files)
         self.gpu_peak = 0  # the most its allocator reserved, as its replies said (fitness.engine.gpu_memory)
+        self.on_peak: Callable[[int], None] | None = None  # told each new peak (its reservation grows)
 
     def hello(self) -> None:
         if self.reaper is None:
@@ -109,7 +111,10 @@ class ChildProcess:
                                 "child killed")
         if reply.fatal:
             self.kill()  # a CUDA fault poisons the context: nothing more from this process
-        self.gpu_peak = max(self.gpu_peak, reply.gpu_peak)
+        if reply.gpu_peak > self.gpu_peak:
+            self.gpu_peak = reply.gpu_peak
+            if self.on_peak is not None:
+                self.on_peak(reply.gpu_peak)
         return raw
 
     def _exchange(self, msg: dict | None, timeout_s: float, what: str) -> dict:

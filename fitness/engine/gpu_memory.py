@@ -105,6 +105,20 @@ class GpuMemory:
             self.most_held = max(self.most_held, sum(n for _, n in self._held.values()))
             return ticket
 
+    def grow(self, ticket: int, peak_bytes: int) -> None:
+        """A living child reported a peak beyond its reservation: the reservation follows it (a
+        long-lived baseline or reference child holds what it holds, not its role's first need)."""
+        with self._cv:
+            if ticket in self._held:
+                role, need = self._held[ticket]
+                self._held[ticket] = (role, max(need, int(peak_bytes) + CONTEXT_BYTES))
+                self.most_held = max(self.most_held, sum(n for _, n in self._held.values()))
+
+    def set_aside(self, nbytes: int) -> None:
+        """Memory outside any reservation (spare children's contexts, forked ahead of need)."""
+        with self._cv:
+            self.budget -= int(nbytes)
+
     def release(self, ticket: int) -> None:
         with self._cv:
             del self._held[ticket]

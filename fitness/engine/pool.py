@@ -12,6 +12,7 @@ with a reason. A zygote that died is started again before the next fork.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 import json
@@ -253,6 +254,8 @@ class WorkerPool:
         failed = ""
         try:
             child = self._take_spare() or self.zygote.fork()
+            if self.role.ledger is not None and ticket is not None:
+                child.on_peak = functools.partial(self.role.ledger.grow, ticket)
             self._ready = child.ready or self._ready
             yield child
         except WorkerFailure as e:
