@@ -42,7 +42,7 @@ for step in ${STEP//,/ }; do
       echo "peak GPU memory (MiB): $(sort -n "$OUT/gpu-mem-$step.txt" | tail -1)" >> "$OUT/validate-$step.txt"
       tail -30 "$OUT/validate-$step.txt";;
     recheck)
-      timeout 200 python run.py validate --suite tritonbench --workers 8 --mem-limit 24 --timeout 100 \
+      timeout 150 python run.py validate --suite tritonbench --workers 8 --mem-limit 24 --timeout 100 \
         --tasks batched_vecmat_mult,diag_ssm_triton,fast_rms_layernorm,uniform_sampling,bmm_chunk_bwd,chunked_cumsum_fwd,fast_rope_embedding \
         --validation "$OUT/validation-recheck.json" > "$OUT/validate-recheck.txt" 2>&1
       tail -14 "$OUT/validate-recheck.txt";;
@@ -59,7 +59,7 @@ for step in ${STEP//,/ }; do
         [ -d "$dir/fitness" ] || continue
         tag=$([ "$dir" = . ] && echo after || echo before)
         m=$(memory "bench-$tag")
-        (cd $dir && timeout 250 python bench/evaluator_bench.py --workers 12 --rounds 1 --no-aa \
+        (cd $dir && timeout 200 python bench/evaluator_bench.py --workers 12 --rounds 1 --no-aa \
           > "$OUT/bench-$tag.txt" 2>&1; echo "exit $?" >> "$OUT/bench-$tag.txt")
         kill "$m"; pkill -KILL -f -- "-m fitness\." 2>/dev/null; sleep 2
         echo "peak GPU memory (MiB): $(sort -n "$OUT/gpu-mem-bench-$tag.txt" | tail -1)" >> "$OUT/bench-$tag.txt"
