@@ -70,6 +70,7 @@ class RunStatus(StrEnum):
     STOPPED = "stopped"  # the time limit ended it with tasks unfinished
     INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM
     WAITING = "waiting"  # --llm-exchange: requests written, answers not here yet
+    FAILED = "failed"  # the model or its endpoint could not serve it (no code, refused): tasks unfinished
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
     "runs": {"id": _ID, "suite": "the suite searched (builtin, tritonbench, rocm, kernelbench)",
              "config": "JSON: the run's options (islands, population, generations, operators, ...)",
              "started": "Unix time the run started", "updated": "Unix time of its last status change",
-             "status": "running, finished, stopped (time limit), interrupted or waiting (LLM exchange)"},
+             "status": "running, finished, stopped (time limit), interrupted, waiting (LLM exchange) or "
+                       "failed (the model could not be used)"},
     "candidates": {
         "id": _ID, "run_id": "the run (runs.id)", "task": "the task's name in its suite",
         "island": "the island that made it; -1: the starting kernel, which every island holds",

@@ -46,7 +46,7 @@ class SearchResult:
 
     @property
     def exit_code(self) -> int:
-        return {RunStatus.INTERRUPTED: 130, RunStatus.WAITING: EXIT_WAITING}.get(self.status, 0)
+        return {RunStatus.INTERRUPTED: 130, RunStatus.WAITING: EXIT_WAITING, RunStatus.FAILED: 1}.get(self.status, 0)
 
 
 def stored_config(run: RunConfig, search: SearchConfig) -> dict[str, Any]:
@@ -149,12 +149,27 @@ def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
         if llm_state:
             llm_state.finish(status is RunStatus.WAITING, ends)
         archive.set_status(run_id, status)
-        if status is RunStatus.INTERRUPTED:
-            print(f"interrupted: what finished is kept; go on with `{program()} resume {run.archive}`", flush=True)
+        hint = resume_hint(status, run)
+        if hint:
+            print(hint, flush=True)
     finally:
         evaluator.close()
         archive.close()
     return SearchResult(run_id, status, ends, summary)
+
+
+def resume_hint(status: RunStatus, run: RunConfig) -> str:
+    """How to go on with a run that ended with work left, as its last line ('' for none)."""
+    resume = f"{program()} resume {run.archive}"
+    if status is RunStatus.INTERRUPTED:
+        return f"interrupted: what finished is kept; go on with `{resume}`"
+    if status is RunStatus.STOPPED and run.time_limit:
+        return (f"stopped by --time-limit {run.time_limit:g}: what finished is kept; go on with `{resume}` "
+                f"(another {run.time_limit:g} s; --time-limit SECONDS to change it)")
+    if status is RunStatus.FAILED:
+        return (f"failed: the model could not be used (see above); what finished is kept; once it can, go on "
+                f"with `{resume} --model MODEL` (or --base-url URL)")
+    return ""
 
 
 # said at the start of every run without a GPU: a user waiting for faster kernels should know at once

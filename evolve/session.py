@@ -121,8 +121,12 @@ def run_status(interrupted: bool, ends: dict[str, TaskEnd]) -> RunStatus:
     if interrupted:
         return RunStatus.INTERRUPTED
     halts = {e.halt for e in ends.values()}
-    return RunStatus.WAITING if Halt.WAITING in halts else RunStatus.STOPPED if Halt.STOPPED in halts \
-        else RunStatus.FINISHED
+    if Halt.WAITING in halts:
+        return RunStatus.WAITING
+    # a model that never wrote code ended its tasks as if they were done: the run did not do its job
+    if any(e.unusable for e in ends.values()):
+        return RunStatus.FAILED
+    return RunStatus.STOPPED if Halt.STOPPED in halts else RunStatus.FINISHED
 
 
 def _wait(futures: list[Future], stop: threading.Event) -> bool:

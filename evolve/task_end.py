@@ -28,6 +28,7 @@ class TaskEnd:
     halt: Halt
     detail: str = ""  # what exhausted the operators, or why the task is invalid here
     saved_calls: int = 0  # an early stop: the LLM calls its remaining generations would have made
+    unusable: bool = False  # exhausted because the model or endpoint cannot serve the run: the run failed
 
     def __str__(self) -> str:
         if self.halt is Halt.INVALID:

@@ -43,7 +43,7 @@ from evolve.stopping import at_roofline, saved_calls, stalled
 from evolve.task_end import Halt, TaskEnd  # re-exported (__all__)
 from fitness.common.flags import Flag
 from fitness.engine.verdict import Verdict
-from operators.base import Child, Context, Exhausted, Parent, Pending, WeightedOperator
+from operators.base import Child, Context, Exhausted, Parent, Pending, Unusable, WeightedOperator
 from operators.shape_facts import median_baselines
 from suites.task import Task
 
@@ -79,7 +79,7 @@ class TaskSearch:
         self.best: float | None = None
         self.done = 0  # the last finished generation, for the early stops
         self.waiting = False  # an operator's answer is pending (LLM exchange round)
-        self.exhausted = ""  # why operators were dropped (LLM budget, endpoint)
+        self.exhausted: Exhausted | None = None  # why operators were dropped (LLM budget, endpoint)
         self.invalid = ""  # the evaluator found the task's reference failing on this machine
         self.lock = threading.Lock()
         # islands propose side by side but add their children to the archive in island order, so
@@ -162,7 +162,7 @@ class TaskSearch:
         if self.invalid:  # nothing can be judged against a reference that does not run here
             return TaskEnd(Halt.INVALID, self.invalid)
         if not any(w.operator.arity == 1 and not w.operator.repairs for w in self.operators):
-            return TaskEnd(Halt.EXHAUSTED, self.exhausted)
+            return TaskEnd(Halt.EXHAUSTED, str(self.exhausted or ""), unusable=isinstance(self.exhausted, Unusable))
         if self.config.target_speedup and self.best and self.best >= self.config.target_speedup:
             return TaskEnd(Halt.TARGET)
         if self.config.budget_evals and self._evaluations() >= self.config.budget_evals:
@@ -336,7 +336,7 @@ class TaskSearch:
         except Exhausted as e:
             logger.info("%s: operator %s can make nothing more: %s", self.task.name, op.name, e)
             with self.lock:
-                self.exhausted = str(e)
+                self.exhausted = e
                 self.operators = [w for w in self.operators if w.operator is not op and
                                   getattr(w.operator, "client", None) is not getattr(op, "client", 0)]
             return None

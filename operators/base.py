@@ -101,6 +101,11 @@ class Exhausted(Exception):
     """The operator can make nothing more in this run (budget spent, endpoint refused us)."""
 
 
+class Unusable(Exhausted):
+    """The model or its endpoint cannot serve the run (it refused us, or never answered with code):
+    the user's to fix before the run can go on, unlike a budget they set."""
+
+
 class Operator:
     """Subclasses set `name` and `arity` (1 = mutation, 2 = crossover) and implement `propose`.
     `propose` returns None when it has nothing to offer for these parents (e.g. no knobs).

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from operators.base import Exhausted, Pending
+from operators.base import Exhausted, Pending, Unusable
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class LLMClient:
             self.store.use_llm_call(hit["id"], key, row_meta)
             return Reply(hit["response"], hit["id"], cached=True)
         if self.fatal:
-            raise Exhausted(self.fatal)
+            raise Unusable(self.fatal)
         bound = self.bound(body)
         self.budget.reserve(bound)
         if self.exchange is not None:
@@ -202,7 +202,7 @@ class LLMClient:
         call_id = self.store.add_llm_call(row)
         if status in FATAL_STATUS:
             self.fatal = f"the LLM endpoint refused the request: {error}"
-            raise Exhausted(self.fatal)
+            raise Unusable(self.fatal)
         if text is None:
             raise LLMCallError(error, call_id)
         return Reply(text, call_id)

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from string import Template
 
-from operators.base import Child, Context, Exhausted, Operator, Parent
+from operators.base import Child, Context, Operator, Parent, Unusable
 from operators.interface import entry_phrase
 from operators.llm_client import LLMCallError, LLMClient
 from operators.llm_parse import MAX_RESPONSE_CHARS, parse_answer
@@ -85,7 +85,7 @@ def _count_unusable(client: LLMClient, error: str) -> None:
             return
         _UNUSABLE[id(client)] = n + 1
     if n + 1 >= _UNUSABLE_STOP:
-        raise Exhausted(f"the model's first {n + 1} answers held no usable code (the last: {error}); "
+        raise Unusable(f"the model's first {n + 1} answers held no usable code (the last: {error}); "
                         "check --model names a chat model that writes code, and the answers in the archive's "
                         "llm_calls table")
 

@@ -170,7 +170,7 @@ def test_bad_llm_input_is_one_line_at_start(tmp_path, extra, environment, messag
 
 
 @pytest.mark.parametrize("answer, status_word", [
-    # 2 MB of babble: every attempt fails, recorded; the 8th ends the LLM with why; the run goes on
+    # 2 MB of babble: every attempt fails, recorded; the 8th ends the LLM with why; the run exports and fails
     ("x" * (2 << 20), "answers held no usable code"),
     ((404, {"error": {"message": "The model `test-model` does not exist"}}, {}), "refused"),
 ], ids=["2MB-answer", "404-model"])
@@ -179,10 +179,14 @@ def test_unusable_endpoint_answers_are_recorded_not_crashes(tmp_path, answer, st
     with LLMServer(responder=lambda body, n: answer, models=None) as s:
         p = subprocess.run(cmd(tmp_path, "--model", "test-model", "--base-url", s.url, "--generations", "1",
                                "--device", "cpu"), capture_output=True, text=True, timeout=600, env=env())
-    assert p.returncode == 0, p.stderr[-3000:]
+    # the run could not do its job: it says so, how to go on, and exits 1 (issue 52: `finished`, exit 0)
+    assert p.returncode == 1, p.stderr[-3000:]
     assert status_word in p.stderr
+    assert p.stdout.splitlines()[-1].startswith("failed: the model could not be used (see above); what finished is "
+                                                f"kept; once it can, go on with `python run.py resume {tmp_path}")
     conn = db(tmp_path)
     assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("select status from runs").fetchall() == [("failed",)]
     errors = conn.execute("select error, parse_error from llm_calls").fetchall()
     assert errors and all(e or pe for e, pe in errors)
     assert json.loads((tmp_path / "best" / "summary.json").read_text())["tasks"][0]["status"] == "exported"

@@ -5,6 +5,9 @@ import threading
 from concurrent.futures import Future
 
 from archives.archive import Archive
+from archives.records import RunStatus
+from evolve.session import run_status
+from evolve.task_end import Halt
 from evolve.task_search import SearchConfig, Shared, TaskSearch
 from fitness.engine.verdict import Verdict
 from operators.llm_client import LLMClient, LLMConfig
@@ -75,3 +78,26 @@ def test_failed_children_are_repaired_then_dropped_after_max_debug(tmp_path, bui
     linked = {r[0] for r in archive.db.execute("select candidate_id from llm_calls where candidate_id is not null")}
     assert {r.id for r in rows.values() if r.operator.startswith("llm_")} <= linked
     archive.close()
+
+
+def _search_with(tmp_path, builtin, server, llm_config):
+    archive = Archive(tmp_path / "a.db")
+    run = archive.new_run("builtin", {})
+    client = LLMClient(llm_config, archive, run)
+    ops = llm_operators(LLMSetup(client, "gpu", Retriever(corpus_from_suites({"builtin": builtin})), "builtin"))
+    config = SearchConfig(islands=1, population=2, generations=3, temperatures=(0.6,))
+    return TaskSearch(builtin["softmax"], ops, config, Shared(archive, run, evaluate, threading.Event())).run()
+
+
+def test_a_model_that_never_writes_code_fails_the_run_and_a_spent_budget_does_not(tmp_path, builtin):
+    """Issue 52: a model that never returned code ended the run `finished` (exit 0)."""
+    with LLMServer(responder=lambda body, n: "I would use bigger blocks.") as server:
+        end = _search_with(tmp_path / "a", builtin, server, LLMConfig("test-model", server.url, "k", backoff_s=0.01))
+    assert end.halt is Halt.EXHAUSTED and end.unusable and "held no usable code" in end.detail
+    assert run_status(False, {"softmax": end}) is RunStatus.FAILED
+    assert run_status(True, {"softmax": end}) is RunStatus.INTERRUPTED
+    with LLMServer(responder=lambda body, n: softmax_variant(n)) as server:
+        end = _search_with(tmp_path / "b", builtin, server,
+                           LLMConfig("test-model", server.url, "k", backoff_s=0.01, max_calls=1))
+    assert end.halt is Halt.EXHAUSTED and not end.unusable and "budget spent" in end.detail
+    assert run_status(False, {"softmax": end}) is RunStatus.FINISHED

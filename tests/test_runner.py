@@ -382,6 +382,17 @@ def test_a_time_limit_stops_the_run_keeping_every_verdict_given_and_the_rest_pen
     assert generations(tmp_path) == {(t, i): list(range(7)) for t in TASKS for i in (0, 1)}
 
 
+def test_a_run_stopped_by_its_time_limit_ends_with_the_resume_hint(tmp_path, capsys):
+    """As Ctrl-C's does: the user learns that the run goes on, and with which command."""
+    result = search(tmp_path, StandIn(delay=0.1), "--time-limit", "0.5", generations=6)
+    assert result.status is RunStatus.STOPPED
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"stopped by --time-limit 0.5: what finished is kept; go on with `python run.py resume {tmp_path / 'a.db'}` "
+        "(another 0.5 s; --time-limit SECONDS to change it)")
+    search(tmp_path, StandIn(), "--time-limit", "600", command="resume")
+    assert "go on with" not in capsys.readouterr().out  # finished: nothing to go on with
+
+
 def test_an_evaluation_budget_ends_each_task_at_exactly_that_many_evaluations(tmp_path):
     ev = StandIn()
     result = search(tmp_path, ev, "--budget-evals", "7", generations=5)
