@@ -172,17 +172,23 @@ def print_summary(summary: dict[str, Any], export_dir: Path, ends: dict[str, Tas
     (invalid here, operators exhausted, its search failed), so a task that got no LLM call says why."""
     def num(x: float | None) -> str:
         return f"{x:.3f}" if x else "-"
-    print(f"\n{'task':28} {'status':18} {'speedup':>8} {'search':>8} {'vs start':>8} {'evals':>6}")
+    # nothing timed (no GPU): three speedup columns of `-` under their headings read as a result
+    any_timed = any(e.get("speedup") or e.get("search_speedup") for e in summary["tasks"])
+
+    def speedups(e: dict[str, Any]) -> str:
+        return f"{num(e.get('speedup')):>8} {num(e.get('search_speedup')):>8} {num(e.get('vs_start')):>8} " \
+            if any_timed else ""
+    heading = f"{'speedup':>8} {'search':>8} {'vs start':>8} " if any_timed else ""
+    print(f"\n{'task':28} {'status':18} {heading}{'evals':>6}" + ("" if any_timed else "  (nothing timed here)"))
     for e in summary["tasks"]:
         end = (ends or {}).get(e["task"])
         failed = end is not None and end.halt is Halt.INVALID and e["status"] != "exported"
         status = "search failed" if failed else "exported start" if e.get("operator") == "start" else e["status"]
         notes = [n for n in (stop_note(end), e.get("note")) if n]
         if status == "exported start" and not notes:
-            timed = "" if e.get("speedup") else " (none timed here)"
-            notes.append(f"the starting kernel: no candidate beat it{timed}")
-        print(f"{e['task']:28} {status:18} {num(e.get('speedup')):>8} {num(e.get('search_speedup')):>8} "
-              f"{num(e.get('vs_start')):>8} {e['evaluations']:>6}"
+            notes.append("the starting kernel: no candidate beat it" + ("" if e.get("speedup") or not any_timed
+                                                                        else " (it was not timed here)"))
+        print(f"{e['task']:28} {status:18} {speedups(e)}{e['evaluations']:>6}"
               + (f"  ({'; '.join(notes)})" if notes else ""))
     line = f"exported {summary['exported']}/{len(summary['tasks'])} to {export_dir}"
     if summary["geomean_speedup"]:
