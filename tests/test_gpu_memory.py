@@ -174,14 +174,18 @@ def test_a_child_waiting_for_memory_gives_its_slot_to_the_stage_running_alone():
         pool.close()
 
 
-def test_a_living_childs_reservation_grows_with_the_peaks_it_reports():
+def test_a_living_childs_reservation_follows_what_it_holds():
     memory = GpuMemory(80 * GIB)
-    ticket = memory.try_admit("baseline")
-    assert ticket is not None
-    memory.grow(ticket, 9 * GIB)  # a long-lived baseline child's prepared inputs
-    memory.grow(ticket, 1 * GIB)  # a lower peak never shrinks it
-    assert memory.most_held == 9 * GIB + CONTEXT_BYTES
-    memory.release(ticket)
+    base, clean = memory.try_admit("baseline"), memory.try_admit("clean")
+    assert base is not None and clean is not None
+    memory.observe(base, 9 * GIB)  # a long-lived baseline child's prepared inputs
+    memory.observe(clean, 5 * GIB)
+    assert memory.most_held == 14 * GIB + 2 * CONTEXT_BYTES
+    memory.observe(base, 1 * GIB)  # given back while idle: a persistent child's reservation follows it down
+    memory.observe(clean, 0)  # a transient child's never drops below its role's need
+    assert sorted(n for _, n in memory._held.values()) == [GIB + CONTEXT_BYTES, 5 * GIB + CONTEXT_BYTES]
+    memory.release(base)
+    memory.release(clean)
     memory.set_aside(70 * GIB)  # spare children's contexts: room only for one child at a time
     release, first = threading.Event(), threading.Event()
     _hold(memory, "candidate", release, first)

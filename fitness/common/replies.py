@@ -138,6 +138,7 @@ class _Envelope(Payload):
     nonce: str | None = None
     phase_ms: dict[str, float] = field(default_factory=dict)
     gpu_peak: int = 0  # the bytes the child's allocator reserved at most, so far (fitness.engine.gpu_memory)
+    gpu_now: int = 0  # the bytes it holds reserved now
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,7 @@ class Reply(Generic[P]):
     phase_ms: dict[str, float] = field(default_factory=dict)
     malformed: bool = False
     gpu_peak: int = 0
+    gpu_now: int = 0
 
     @staticmethod
     def from_wire(d: Any, answer: type[P]) -> Reply[P]:
@@ -162,7 +164,8 @@ class Reply(Generic[P]):
             payload = None if env.error else answer.from_wire(d)
         except BadMessage as e:
             return Reply[P](None, error=f"the child's reply is malformed: {e}", fatal=True, malformed=True)
-        return Reply(payload, env.error, env.stage, env.fatal, env.nonce, env.phase_ms, gpu_peak=env.gpu_peak)
+        return Reply(payload, env.error, env.stage, env.fatal, env.nonce, env.phase_ms, gpu_peak=env.gpu_peak,
+                     gpu_now=env.gpu_now)
 
     @staticmethod
     def failed(error: str) -> Reply[Any]:

@@ -61,7 +61,7 @@ class ChildProcess:
         self._shm = _ShmWatch(zygote.pid if zygote else None, set() if tainted_shm is None else tainted_shm)
         self.left_behind = ""  # why the candidate fails for what it left (processes, files)
         self.gpu_peak = 0  # the most its allocator reserved, as its replies said (fitness.engine.gpu_memory)
-        self.on_peak: Callable[[int], None] | None = None  # told each new peak (its reservation grows)
+        self.on_memory: Callable[[int], None] | None = None  # told what it holds after every reply
 
     def hello(self) -> None:
         if self.reaper is None:
@@ -111,10 +111,9 @@ class ChildProcess:
                                 "child killed")
         if reply.fatal:
             self.kill()  # a CUDA fault poisons the context: nothing more from this process
-        if reply.gpu_peak > self.gpu_peak:
-            self.gpu_peak = reply.gpu_peak
-            if self.on_peak is not None:
-                self.on_peak(reply.gpu_peak)
+        self.gpu_peak = max(self.gpu_peak, reply.gpu_peak)
+        if self.on_memory is not None and reply.gpu_now:
+            self.on_memory(reply.gpu_now)
         return raw
 
     def _exchange(self, msg: dict | None, timeout_s: float, what: str) -> dict:

@@ -105,14 +105,19 @@ class GpuMemory:
             self.most_held = max(self.most_held, sum(n for _, n in self._held.values()))
             return ticket
 
-    def grow(self, ticket: int, peak_bytes: int) -> None:
-        """A living child reported a peak beyond its reservation: the reservation follows it (a
-        long-lived baseline or reference child holds what it holds, not its role's first need)."""
+    def observe(self, ticket: int, held_bytes: int) -> None:
+        """What a living child's allocator holds now: a transient child's reservation grows to it
+        (never below its role's need: it will reach its peak again); a persistent child's is what
+        it holds (the reference children give memory back when idle). H100, 12 workers: with
+        persistent children reserved at their peaks the ledger held 91 GiB where the driver
+        showed 65 GB in use, and children ran one at a time (20.6 candidates/min)."""
         with self._cv:
             if ticket in self._held:
                 role, need = self._held[ticket]
-                self._held[ticket] = (role, max(need, int(peak_bytes) + CONTEXT_BYTES))
+                now = int(held_bytes) + CONTEXT_BYTES
+                self._held[ticket] = (role, now if role in PERSISTENT else max(need, now))
                 self.most_held = max(self.most_held, sum(n for _, n in self._held.values()))
+                self._cv.notify_all()
 
     def set_aside(self, nbytes: int) -> None:
         """Memory outside any reservation (spare children's contexts, forked ahead of need)."""

@@ -255,7 +255,7 @@ class WorkerPool:
         try:
             child = self._take_spare() or self.zygote.fork()
             if self.role.ledger is not None and ticket is not None:
-                child.on_peak = functools.partial(self.role.ledger.grow, ticket)
+                child.on_memory = functools.partial(self.role.ledger.observe, ticket)
             self._ready = child.ready or self._ready
             yield child
         except WorkerFailure as e:
