@@ -379,9 +379,8 @@ class Child(ScriptSide):
             if self.hook.tuning_s > tuned:  # the autotuner's benchmarks, within the cases' phases
                 self.phase_ms["autotune"] = (self.hook.tuning_s - tuned) * 1e3
             phases = {k: round(v, 2) for k, v in self.phase_ms.items()}
-            cuda = self.started and self.device == "cuda"
-            held = {"gpu_peak": torch.cuda.max_memory_reserved(),
-                    "gpu_now": torch.cuda.memory_reserved()} if cuda else {}
+            held = {"gpu_peak": torch.cuda.max_memory_reserved(), "gpu_now": torch.cuda.memory_reserved()} \
+                if self.started and self.device == "cuda" else {}
             protocol.send(fd, {**reply, "nonce": wire.get("nonce"), "phase_ms": phases, **held})
 
     def _tick(self, phase: str, t0: float) -> float:
