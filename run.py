@@ -116,7 +116,7 @@ def cmd_check(args) -> int:
         raise UsageError(f"cannot read kernel file {path!r}: {e.strerror}") from None
     with make_evaluator(_checked_eval_config(args)) as ev:
         verdict = ev.evaluate(tasks[args.task], source)
-    print(json.dumps(verdict.to_dict(), indent=1))
+    print(json.dumps({"failed_at": verdict.failed_at(), **verdict.to_dict()}, indent=1))
     return 0
 
 

@@ -35,6 +35,20 @@ def test_check_of_a_failing_candidate_still_exits_zero(tmp_path):
     assert p.returncode == 0
     v = json.loads(p.stdout)
     assert v["stage"] == "none" and "not valid Python" in v["reason"]
+    assert v["failed_at"] == "static gate"
+
+
+@pytest.mark.parametrize("source, where", [
+    ("import os\n\ndef softmax(x):\n    return x\n", "static gate"),
+    ((START / "softmax.py").read_text().replace("    n_rows, n_cols = x.shape", "    raise RuntimeError('boom')"),
+     "call"),
+])
+def test_check_names_where_a_candidate_failed(tmp_path, source, where):
+    k = tmp_path / "k.py"
+    k.write_text(source)
+    p = run("check", "--task", "softmax", str(k))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["failed_at"] == where, p.stdout[:2000]
 
 
 @pytest.mark.parametrize("content, words", [

@@ -56,6 +56,18 @@ class Verdict:
         """Correct on tuning and held-out shapes: the bar for fitness and for export."""
         return self.correct and self.heldout_correct and STAGES.index(self.stage) >= STAGES.index("correct")
 
+    def failed_at(self) -> str | None:
+        """Where the candidate failed, as a user names it (`stage` is the last stage it got
+        through: `none` for a static-gate refusal, `compile` for an exception its wrapper raised);
+        None when it passed."""
+        if self.passed:
+            return None
+        if self.reason.startswith("static gate"):
+            return "static gate"
+        if STAGES.index(self.stage) >= STAGES.index("correct"):
+            return "held-out" if self.correct else "correct"
+        return STAGES[STAGES.index(self.stage) + 1]
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["times"] = [r.to_dict() for r in self.times]  # asdict would write floor_ms/speedup None, not leave them out
