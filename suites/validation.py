@@ -101,8 +101,27 @@ def short_reason(reason: str) -> str:
         raised = [ln for ln in lines[1:] if _EXCEPTION.match(ln)]
         fatal = [ln for ln in lines if "fatal" in ln.lower()]
         last = raised[-1] if raised else lines[-1]
-        head = f"{head.split(':')[0]}: {last}" + (f" [{fatal[-1]}]" if fatal and fatal[-1] != last else "")
+        head = f"{lead_in(head)}: {last}" + (f" [{fatal[-1]}]" if fatal and fatal[-1] != last else "") \
+            + _kernel_line(lines)
     return head[:300]
+
+
+def lead_in(line: str) -> str:
+    """A reason's line up to its first colon outside brackets: "tuning case {'N': 1024} float32"
+    of "tuning case {'N': 1024} float32: Traceback ..." (its first colon is the shape's own)."""
+    depth = 0
+    for i, ch in enumerate(line):
+        depth += (ch in "([{") - (ch in ")]}")
+        if ch == ":" and depth == 0:
+            return line[:i]
+    return line
+
+
+def _kernel_line(lines: list[str]) -> str:
+    """Where in the kernel's own source a trace last was, as `check`'s whole trace shows it:
+    " (line 18 of the kernel, in my_op)"; '' when the trace never entered it."""
+    frames = [m for m in map(_KERNEL_FRAME.search, lines) if m]
+    return f" (line {frames[-1].group(1)} of the kernel, in {frames[-1].group(2)})" if frames else ""
 
 
 def brief(reason: str, width: int = 160) -> str:
@@ -121,13 +140,28 @@ def brief(reason: str, width: int = 160) -> str:
         return text[:width - 3] + "..."
     if len(text) <= width:
         return text
-    head, sep, tail = text.partition(": ")
-    if not sep or len(tail) > width - 20:  # the exception alone is long: its start names it
-        return (tail if sep else text)[:width - 3] + "..."
-    return head[:width - len(tail) - 5].rstrip() + "...: " + tail
+    head = lead_in(text)
+    tail = text[len(head) + 2:]
+    if head == text or len(tail) > width - 20:  # the exception alone is long: its start names it
+        return (tail if head != text else text)[:width - 3] + "..."
+    return _words(head, width - len(tail) - 5) + "...: " + tail
+
+
+def _words(text: str, width: int) -> str:
+    """The words of `text` that fit in `width` characters, a bracketed shape one word (a table's
+    note was cut inside it: "tuning case {'N': RuntimeError: boom")."""
+    out = ""
+    for word in _WORD.findall(text):
+        if len(out) + len(word) + bool(out) > width:
+            break
+        out += (" " if out else "") + word
+    return out
 
 
 _WRONG_ON = re.compile(r"^wrong result on (.*?) \(seed \d+\): (.*)$")
+_WORD = re.compile(r"(?:\{[^}]*\}|\([^)]*\)|\[[^\]]*\]|[^\s{(\[])+")
+# a frame of the module a child imports the kernel's source as (fitness.process.child.module_name)
+_KERNEL_FRAME = re.compile(r'File "[^"]*/[a-z]+_[0-9a-f]{16}\.py", line (\d+), in (\S+)')
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
 _SHARED_GPU = ("cuda out of memory", "outofmemoryerror", "illegal memory access", "device-side assert",
                "torch_use_cuda_dsa", "unspecified launch failure")

@@ -1,4 +1,6 @@
 """suites/validation.py: the record's reasons, their classes, and which failures earn a retry."""
+import pytest
+
 from suites import validation
 
 TRIMMED_TRACE = """the suite's reference fails here: ...
@@ -99,3 +101,43 @@ def test_a_wrong_result_note_says_what_was_wrong_then_where_never_cut_inside_the
                                              "[tuning {'N': 1024} float32]")
     assert validation.reason_class(reason, starting=True) == "starting kernel gives a wrong result"
     assert validation.stage_words("call", reason) == "wrong result"
+
+
+def validated_template(tmp_path, old: str, new: str):
+    """`validate` with the real evaluator (CPU, no sandbox) of the new-task template with `old`
+    replaced by `new` in its starting kernel: (the table's line for the task, its record entry)."""
+    from evolve.commands import ValidateOptions, validate
+    from fitness.engine.evaluator import EvalConfig, Evaluator
+    from suites.registry import load_suite
+    from suites.user import write_template
+
+    path = write_template("my_op", str(tmp_path))
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new, 1))
+    opts = ValidateOptions(suite=str(path), record=tmp_path / "v.json", timed=False)
+    validate(load_suite(str(path)), opts, lambda w: Evaluator(EvalConfig(workers=w, device="cpu", sandbox=False,
+                                                                         timeout_s=120, mem_limit_gb=8)))
+    return validation.read(opts.record)["tasks"]["my_op"]
+
+
+@pytest.mark.slow
+def test_a_crash_note_in_validates_table_is_cut_at_a_word_not_inside_the_shapes_dict(tmp_path, capsys):
+    """The note and the record said "tuning case {'N': RuntimeError: boom", without the crash's
+    line in the kernel, which `check`'s whole trace shows."""
+    from suites.user import TEMPLATE
+
+    raising = "    out = torch.empty_like(x)\n"
+    start = TEMPLATE.read_text().split("START = '''")[1]
+    line = start.splitlines().index(raising.rstrip("\n")) + 2  # the raise goes after it
+    entry = validated_template(tmp_path, raising, raising + '    raise RuntimeError("boom")\n')
+    said = f"tuning case {{'N': 1024}} float32: RuntimeError: boom (line {line} of the kernel, in my_op)"
+    assert entry["reason"] == said
+    assert capsys.readouterr().out.splitlines()[1].endswith(f"crashed        FAIL            -  {said}")
+
+
+def test_a_note_too_long_for_its_column_cuts_its_lead_in_at_a_word_never_inside_the_shape():
+    reason = ("tuning case {'M': 64, 'N': 256} float32: torch did work outside Triton kernels: add (4096 "
+              "elements), mul (2048 elements)")
+    assert validation.brief(reason, 110) == ("tuning case...: torch did work outside Triton kernels: add (4096 "
+                                             "elements), mul (2048 elements)")
+    assert validation.lead_in(reason) == "tuning case {'M': 64, 'N': 256} float32"
