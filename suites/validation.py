@@ -188,10 +188,23 @@ def stage_words(stage: str, reason: str) -> str:
         return "out of memory"
     if "not replayable: " in reason:
         return "not replayable"
+    if TORCH_WORK in reason:  # a refusal, not a crash: the kernel ran and did its work in torch
+        return "torch work"
     if reason.startswith("replay:"):
         return "replay check"
     return {"none": "refused", "parse": "import error", "compile": "crashed", "call": "wrong result",
             "correct": "wrong held-out"}.get(stage, stage)
+
+
+TORCH_WORK = "torch did work outside Triton kernels"  # the refusal's words (fitness.process.child, .engine.replay)
+
+
+def naming_torch_ops(reason: str) -> str:
+    """A user task's refusal for torch work, naming the task file's setting that allows that work
+    (the note said only `crashed`, and neither it nor the record said how to allow it)."""
+    if TORCH_WORK not in reason or "TORCH_OPS" in reason:
+        return reason
+    return reason.replace(TORCH_WORK, f'{TORCH_WORK} (TORCH_OPS = "allowed" in the task file allows it)', 1)
 
 
 def reason_class(reason: str, starting: bool = False) -> str:
@@ -202,7 +215,8 @@ def reason_class(reason: str, starting: bool = False) -> str:
         return "the task's own code raised (its reference or make_inputs)"
     if starting and any(k in low for k in ("wrong result", "is not reproducible", "disagree")):
         return "starting kernel gives a wrong result"
-    for key, label in (("reads memory outside its inputs", "reference reads memory outside its inputs"),
+    for key, label in ((TORCH_WORK.lower(), "torch work outside the Triton kernels"),
+                       ("reads memory outside its inputs", "reference reads memory outside its inputs"),
                        ("writes outside its inputs", "reference writes outside its inputs"),
                        ("is not reproducible", "reference not reproducible"),
                        ("unresolved extern", "ptxas: unresolved extern function (AMD-only math)"),

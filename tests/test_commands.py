@@ -272,3 +272,16 @@ def test_validate_of_a_real_starting_kernel_with_the_real_evaluator(suite, tmp_p
     out = capsys.readouterr().out
     assert out.splitlines()[1].split()[:4] == [CHEAP, "correct", "ok", "-"]
     assert "1/1 starting kernels correct" in out
+
+
+@pytest.mark.slow
+def test_torch_glue_in_a_start_without_torch_ops_is_named_with_the_setting_that_allows_it(tmp_path, capsys):
+    """It was labelled `crashed`, and neither the note nor the record named TORCH_OPS."""
+    from tests.test_validation import validated_template
+
+    entry = validated_template(tmp_path, "    return out\n'''", "    return alpha * x + y + 0 * out\n'''")
+    assert 'torch did work outside Triton kernels (TORCH_OPS = "allowed" in the task file allows it): ' \
+           in entry["reason"]
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:4] == ["my_op", "torch", "work", "FAIL"] and 'TORCH_OPS = "allowed"' in out[1]
+    assert "     1  torch work outside the Triton kernels" in out
