@@ -97,6 +97,9 @@ def _validate_pass(tasks: Mapping[str, Task], options: ValidateOptions,
                    evaluator: ContextManager[Validator]) -> tuple[list[Verdict], dict[str, dict]]:
     verdicts: list[Verdict] = []
     entries: dict[str, dict] = {}
+    # a start the static gate refused never reached a device: recorded with the first device
+    # another verdict names (it was left out of the record and its counts: "0 of 1 tasks valid")
+    unplaced: list[str] = []
     with evaluator as ev:
         for v in ev.validate_iter(list(tasks.values()), timed=options.timed):
             task = tasks[v.task]
@@ -105,9 +108,12 @@ def _validate_pass(tasks: Mapping[str, Task], options: ValidateOptions,
             ref = ev.script_refs.get(task) if task.script is not None else None
             weak = bool(ref and not ref.error and ref.weak)
             verdicts.append(v)
-            if v.device:
+            if v.device or v.failed_at() == "static gate":  # else the engine's failure (a closed pool)
                 entries[v.task] = validation.entry(v, weak, guard_marks(ref))
-                validation.merge(options.record, options.suite, v.device, {v.task: entries[v.task]})
+                unplaced.append(v.task)
+            if device_of(verdicts) and unplaced:
+                validation.merge(options.record, options.suite, device_of(verdicts), {n: entries[n] for n in unplaced})
+                unplaced = []
             if not options.as_json:
                 sp = f"{v.speedup:.3f}" if v.speedup is not None else "-"
                 status = "correct" if v.passed else "not replayable" if Flag.NOT_REPLAYABLE in v.flags else \
@@ -117,7 +123,14 @@ def _validate_pass(tasks: Mapping[str, Task], options: ValidateOptions,
                 note = ("weak-test " if weak else "") + (f"{dropped}; " if dropped and not v.passed else dropped) + \
                     ("" if v.passed else validation.brief(v.reason, 110) if v.reason else "")
                 print(f"{v.task:40} {status:14} {'ok' if v.heldout_correct else 'FAIL':8} {sp:>8}  {note}", flush=True)
+    if unplaced:  # every start refused before it ran: the record's device stays as it was
+        validation.merge(options.record, options.suite, "", {n: entries[n] for n in unplaced})
     return verdicts, entries
+
+
+def device_of(verdicts: list[Verdict]) -> str:
+    """The device the validated code ran on ('' while none ran: a static-gate refusal names none)."""
+    return next((v.device for v in verdicts if v.device), "")
 
 
 def guard_marks(ref: ScriptReference | None) -> dict:
@@ -143,7 +156,9 @@ def _validate_summary(tasks: Mapping[str, Task], verdicts: list[Verdict], record
     else:
         line += "; " + (verdicts[0].timing if verdicts and verdicts[0].timing else "none timed")
     print(line)
-    print(f"device: {verdicts[0].device if verdicts else '?'}; sandbox: {verdicts[0].sandbox if verdicts else '?'}")
+    ran = next((v for v in verdicts if v.device), verdicts[0] if verdicts else None)
+    print(f"device: {ran.device or 'none (no code ran)' if ran else '?'}; "
+          f"sandbox: {ran.sandbox if ran else '?'}")
     if record is not None:
         kept = validation.read(record)
         for text in validation.summary(kept["tasks"], starting=what == "starting kernels"):

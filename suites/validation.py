@@ -54,10 +54,11 @@ def entry(verdict, weak: bool, marks: dict | None = None) -> dict:
 
 
 def merge(path: Path, suite: str, device: str, entries: dict[str, dict]) -> dict:
+    """`device` '': entries that ran on none (a static-gate refusal), kept with the record's."""
     record = read(path)
-    if record.get("device") not in (None, device):
+    if device and record.get("device") not in (None, "", device):
         record = {}  # another machine's findings say nothing about this one
-    record.update(suite=suite, device=device, updated=time.strftime("%Y-%m-%d %H:%M:%S"))
+    record.update(suite=suite, device=device or record.get("device", ""), updated=time.strftime("%Y-%m-%d %H:%M:%S"))
     record.setdefault("tasks", {}).update(entries)
     tmp = path.with_suffix(".tmp")
     try:
@@ -216,6 +217,7 @@ def reason_class(reason: str, starting: bool = False) -> str:
     if starting and any(k in low for k in ("wrong result", "is not reproducible", "disagree")):
         return "starting kernel gives a wrong result"
     for key, label in ((TORCH_WORK.lower(), "torch work outside the Triton kernels"),
+                       ("static gate: ", "refused by the static gate"),
                        ("reads memory outside its inputs", "reference reads memory outside its inputs"),
                        ("writes outside its inputs", "reference writes outside its inputs"),
                        ("is not reproducible", "reference not reproducible"),

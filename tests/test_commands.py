@@ -234,7 +234,7 @@ def test_a_verdict_without_a_device_is_shown_but_not_recorded(suite, tmp_path, c
     assert validate(two(suite), opts, v.make) == 0
     out = capsys.readouterr().out
     assert not opts.record.exists() and "recorded in" not in out
-    assert f"{CHEAP:40} refused" in out and "device: ; sandbox: none" in out
+    assert f"{CHEAP:40} refused" in out and "device: none (no code ran); sandbox: none" in out
 
 
 def test_task_files_that_could_not_be_loaded_make_validate_exit_2_after_the_others(suite, tmp_path, capsys):
@@ -285,3 +285,28 @@ def test_torch_glue_in_a_start_without_torch_ops_is_named_with_the_setting_that_
     out = capsys.readouterr().out.splitlines()
     assert out[1].split()[:4] == ["my_op", "torch", "work", "FAIL"] and 'TORCH_OPS = "allowed"' in out[1]
     assert "     1  torch work outside the Triton kernels" in out
+
+
+def refused(task: str) -> Verdict:
+    """A static-gate refusal as the evaluator gives it: no child ran it, so it names no device."""
+    return Verdict(task, stage="none", reason="static gate: import of 'os' is not allowed in a kernel (line 2)",
+                   sandbox="bubblewrap")
+
+
+def test_a_start_the_static_gate_refused_is_counted_and_recorded_with_the_device_of_the_others(
+        suite, tmp_path, capsys):
+    """It was left out of the record and its counts, and first in the table it blanked the device
+    line: '0/2 starting kernels correct' / 'device: ;' / '0 of 1 tasks valid here'."""
+    opts = options(tmp_path, timed=False)
+    v = Validator([{CHEAP: refused(CHEAP), CHEAP_TOO: failed(CHEAP_TOO, "RuntimeError: boom")}], opts.record)
+    assert validate(two(suite), opts, v.make) == 0
+    record = validation.read(opts.record)
+    assert record["device"] == DEVICE and record["tasks"][CHEAP]["status"] == "invalid-here"
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:2] == [CHEAP, "refused"]
+    assert out[4] == f"device: {DEVICE}; sandbox: none"
+    assert "0 of 2 tasks valid here; 2 invalid-here" in out and "     1  refused by the static gate" in out
+    alone = tmp_path / "alone.json"  # every start refused: recorded all the same, on no device
+    validate(select(suite, CHEAP), ValidateOptions("builtin", alone), Validator([{CHEAP: refused(CHEAP)}]).make)
+    assert list(validation.read(alone)["tasks"]) == [CHEAP]
+    assert "device: none (no code ran); sandbox: bubblewrap" in capsys.readouterr().out
