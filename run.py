@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -131,7 +132,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     config = _checked_eval_config(args)
     options = ValidateOptions(suite=args.suite, record=_validation_path(args), as_json=args.json,
-                              timed=not args.no_time, pending=args.pending, workers=args.workers)
+                              timed=not args.no_time, pending=args.pending, workers=args.workers, command=args.typed)
     return validate(_selected(args), options, lambda workers: make_evaluator(replace(config, workers=workers)))
 
 
@@ -348,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help", "--version"):
         argv.insert(0, "search")  # the main command: `run.py --suite S --islands N`
     args = parse(argv)
+    args.typed = f"{program()} {shlex.join(argv)}"  # the command as typed: what our messages suggest repeats it
     _log_to_stderr()
     _own_suite_by_path(args)
     try:

@@ -40,6 +40,7 @@ class ValidateOptions:
     timed: bool = True  # time the references (False: only check that they run)
     pending: bool = False  # only the tasks the record lacks
     workers: int = 1
+    command: str = "validate"  # the command line as the user typed it, for the line an interrupt ends with
 
 
 def warn_problems(tasks: Mapping[str, Task]) -> None:
@@ -56,14 +57,12 @@ def validate(tasks: Mapping[str, Task], options: ValidateOptions, make: MakeVali
         done = validation.read(options.record).get("tasks", {})
         tasks = {n: t for n, t in tasks.items() if n not in done}
         print(f"{len(done)} task(s) already in {options.record}; validating the {len(tasks)} others", flush=True)
-    if not options.as_json:
-        print(f"{'task':40} {'status':14} {'held-out':8} {'speedup':>8}  note", flush=True)
-    try:
+    try:  # the header too: a Ctrl-C as it printed ended as `error: interrupted`, with no way on
+        if not options.as_json:
+            print(f"{'task':40} {'status':14} {'held-out':8} {'speedup':>8}  note", flush=True)
         verdicts, entries = _validate_pass(tasks, options, make(options.workers))
     except KeyboardInterrupt:
-        done = len(validation.read(options.record).get("tasks", {}))
-        print(f"interrupted: {done} task(s) recorded in {options.record}; `validate --pending` goes on from there",
-              file=sys.stderr)
+        print(interrupted_line(options), file=sys.stderr)
         return 130
     # a reference that ran out of GPU memory or faulted while other workers shared the GPU gets
     # a second chance with the GPU to itself: that failure may not be its own
@@ -80,6 +79,16 @@ def validate(tasks: Mapping[str, Task], options: ValidateOptions, make: MakeVali
         return _unloaded(tasks)
     _validate_summary(tasks, verdicts, options.record if entries else None)
     return _unloaded(tasks)
+
+
+def interrupted_line(options: ValidateOptions) -> str:
+    """How to go on after Ctrl-C, as a command one can paste (it said `validate --pending`, and named
+    a record it never wrote when no task had finished)."""
+    if not options.record.exists():
+        return f"interrupted before any task finished: nothing recorded; start again with `{options.command}`"
+    done = len(validation.read(options.record).get("tasks", {}))
+    again = options.command if options.pending else f"{options.command} --pending"
+    return f"interrupted: {done} task(s) recorded in {options.record}; go on with `{again}`"
 
 
 def _unloaded(tasks: Mapping[str, Task]) -> int:

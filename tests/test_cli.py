@@ -171,9 +171,27 @@ def test_ctrl_c_stops_validate_within_seconds_and_keeps_what_finished(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130 and "recorded in" in err, err[-2000:]
+    assert err.rstrip().endswith(f"go on with `python run.py validate --suite builtin --workers 1 --tasks "
+                                 f"{','.join(tasks)} --validation {record} --pending`"), err[-2000:]
     # the in-flight task is cancelled too, not waited for (3.7 s seen on 2 shared CPU cores)
     assert time.monotonic() - t0 < 12
     assert 1 <= len(json.loads(record.read_text())["tasks"]) < len(tasks)
+
+
+def test_ctrl_c_before_validate_recorded_anything_says_so_and_gives_the_command_to_paste(tmp_path):
+    """It named a record it never wrote and `validate --pending`, which one cannot paste."""
+    import signal
+
+    record = tmp_path / "v.json"
+    proc = subprocess.Popen([sys.executable, "run.py", "validate", "--tasks", CHEAP, "--validation", str(record)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc.stdout.readline()  # the header: the task's evaluation has begun, and takes seconds
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and not record.exists()
+    assert err.splitlines()[-1] == ("interrupted before any task finished: nothing recorded; start again with "
+                                    f"`python run.py validate --tasks {CHEAP} --validation {record}`"), err
 
 
 def test_the_help_gives_the_default_record_and_archive_of_a_task_file_as_they_are_named(tmp_path):

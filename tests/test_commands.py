@@ -192,7 +192,21 @@ def test_ctrl_c_returns_130_and_says_how_many_tasks_were_recorded(suite, tmp_pat
     v = Validator([{CHEAP: ok(CHEAP), CHEAP_TOO: ok(CHEAP_TOO)}], interrupt_after=1)
     assert validate(two(suite), opts, v.make) == 130
     assert set(validation.read(opts.record)["tasks"]) == {CHEAP}
-    assert f"interrupted: 1 task(s) recorded in {opts.record}; `validate --pending`" in capsys.readouterr().err
+    assert capsys.readouterr().err == \
+        f"interrupted: 1 task(s) recorded in {opts.record}; go on with `validate --pending`\n"
+
+
+def test_ctrl_c_before_any_task_finished_names_no_record_and_a_command_to_paste(suite, tmp_path, capsys):
+    """It named a record it never wrote, and `validate --pending`, which is not a command."""
+    command = f"triton-evolve validate --suite builtin --tasks {CHEAP},{CHEAP_TOO} --validation {tmp_path / 'v.json'}"
+    opts = options(tmp_path, command=command)
+    assert validate(two(suite), opts, Validator([{}], interrupt_after=0).make) == 130
+    assert not opts.record.exists()
+    assert capsys.readouterr().err == \
+        f"interrupted before any task finished: nothing recorded; start again with `{command}`\n"
+    v = Validator([{CHEAP: ok(CHEAP), CHEAP_TOO: ok(CHEAP_TOO)}], interrupt_after=1)
+    assert validate(two(suite), opts, v.make) == 130
+    assert capsys.readouterr().err.endswith(f"go on with `{command} --pending`\n")
 
 
 def test_a_failure_another_process_on_the_gpu_may_have_caused_is_validated_again_alone(suite, tmp_path, capsys):
