@@ -141,3 +141,36 @@ def test_a_note_too_long_for_its_column_cuts_its_lead_in_at_a_word_never_inside_
     assert validation.brief(reason, 110) == ("tuning case...: torch did work outside Triton kernels: add (4096 "
                                              "elements), mul (2048 elements)")
     assert validation.lead_in(reason) == "tuning case {'M': 64, 'N': 256} float32"
+
+
+# reasons of the H100 record bench/results/issue48-validation-after.json (the A/A one as reason_whole)
+AA_WHY = ("timing: the baseline's own code, timed against itself, measured 0.37x (e.g. {'perf': 7}: the baseline "
+          "0.019 ms, its replayed kernels 0.134 ms, cuda-graph): the two sides are not timed alike here; in the "
+          "baseline's own code, it autotunes chunk_global_reversed_cumsum_scalar_kernel with key=[] (line 19): each "
+          "process keeps the config its first input picked, whatever the shape")
+TIMED_WRONG = ("timing: a timed trial of the replay, checked unannounced, gave a wrong result (input set 8): "
+               "output[2]: (float32): 1000 of 8192 elements outside tolerance (atol 0.249454, rtol 0.004); "
+               "worst at (0, 0, 7): got -inf, expected 53.4184")
+NOT_REPRODUCIBLE = ("the suite's reference is not reproducible on the benchmark inputs (perf 0): two calls on the same "
+                    "inputs differ: output[0]: (int8): 1012 of 8192 integer elements differ (exact required; no "
+                    "rounding rule declared); worst: got 1, expected 126")
+
+
+def test_a_records_reason_is_its_whole_line_not_cut_at_300_characters():
+    """The record said "... key=[] (line 19" and lost what the autotuning does to the timing."""
+    assert len(AA_WHY) > 300 and validation.short_reason(AA_WHY) == AA_WHY
+    printed = "ValueError: " + " ".join(["tensor([0.1234,"] * 400)  # an exception that prints a tensor
+    cut = validation.short_reason(printed)
+    assert len(cut) <= validation.MAX_REASON and cut.endswith("tensor([0.1234,...")
+
+
+def test_the_summary_counts_the_engines_failures_apart_from_a_starting_kernels_wrong_results():
+    """Both counted as `starting kernel gives a wrong result` (and, for a suite's reference, the
+    timed replay's as `reference not reproducible`)."""
+    wrong = "wrong result on tuning shape {'N': 1024} float32 (seed 1): output 0 (float32): 3 of 1024 elements ..."
+    entries = {n: {"status": validation.INVALID, "reason": r}
+               for n, r in (("a", TIMED_WRONG), ("b", NOT_REPRODUCIBLE), ("c", wrong))}
+    assert validation.summary(entries, starting=True)[1:] == [
+        "     1  timing: the timed replay gave a wrong result (the engine's side)",
+        "     1  reference not reproducible", "     1  starting kernel gives a wrong result"]
+    assert validation.reason_class(TIMED_WRONG) == "timing: the timed replay gave a wrong result (the engine's side)"
