@@ -15,10 +15,25 @@ A task file is a Python module that defines, at top level:
     START         the starting Triton kernel: the source of a module defining ENTRY, as a string,
     or START_FILE a path to that module, relative to the task file
 
-and optionally NAME (default: the file's name), CPU_SHAPES (smaller shapes for the Triton
-interpreter on CPU, same form as SHAPES), TOLERANCE ({output dtype: (atol, rtol)}, over
-DEFAULT_TOLERANCE), cost(shape, dtype) -> (bytes moved, flops) (the roofline floor; without it
-none), CATEGORY, INSTRUCTION (what the LLM operators are told), DIFFICULTY.
+and optionally:
+
+    NAME          the task's name (default: the file's name)
+    CPU_SHAPES    smaller shapes for the Triton interpreter on CPU, same form as SHAPES
+    TOLERANCE     per output dtype, (atol, rtol): |out - ref| <= atol + rtol * |ref| passes (over
+                  DEFAULT_TOLERANCE); or whole-tensor metrics, for quantization, {metric: bound}
+                  for every output or per dtype ({"float16": {"cosine": 0.999}}): cosine >= bound;
+                  rel_l1, rmse, rel_rmse, max_abs <= bound (fitness.common.metric_tolerance)
+    INPLACE       positions of the inputs ENTRY updates in place, e.g. (0,): the updated inputs
+                  are then the outputs compared (the reference updates them too, and may return
+                  nothing); any other input a candidate changes fails it
+    TORCH_OPS     "allowed": torch work around the Triton kernels is part of the kernel and timed
+                  with it; "counted" (the default): the kernels must do the work (torch work
+                  beyond 1% of the outputs fails a candidate)
+    NON_SIZE_KEYS lower-case shape keys that may hold integers without being sizes, e.g.
+                  ("causal",): held-out draws vary only upper-case sizes, so an integer under
+                  any other lower-case key is refused
+    cost          cost(shape, dtype) -> (bytes moved, flops): the roofline floor (without it none)
+    CATEGORY, INSTRUCTION (what the LLM operators are told), DIFFICULTY
 
 A folder suite is every *.py file directly in it, except names starting with "_" and the files
 some task names as its START_FILE. The suite's name is the file's or folder's absolute path: the

@@ -189,3 +189,29 @@ def test_the_sandbox_is_told_of_the_task_file_its_folder_and_its_start_file(tmp_
     kernel = str(tmp_path / "kernels" / "k.py")
     assert visible_paths(str(task)) == (str(tmp_path / "tasks"), str(task), kernel)
     assert visible_paths(str(tmp_path / "tasks")) == (str(tmp_path / "tasks"), kernel)
+
+
+def test_the_full_description_of_a_task_file_names_every_setting_the_loader_reads():
+    """The template calls suites/user.py the full description; it left out TORCH_OPS, INPLACE,
+    NON_SIZE_KEYS and the metric tolerances."""
+    import ast
+
+    import suites.user
+    from fitness.common.metric_tolerance import METRICS
+
+    tree = ast.parse(open(suites.user.__file__).read())
+    read = set()
+    for node in ast.walk(tree):  # ns.get("X"), ns["X"], _required(ns, "X", ...)
+        if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == "ns" for a in node.args):
+            read |= {a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "ns" \
+                and isinstance(node.args[0], ast.Constant):
+            read.add(node.args[0].value)
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "ns" \
+                and isinstance(node.slice, ast.Constant):
+            read.add(node.slice.value)
+    assert {"TORCH_OPS", "INPLACE", "NON_SIZE_KEYS", "TOLERANCE", "ENTRY", "START_FILE"} <= read
+    doc = suites.user.__doc__
+    assert [k for k in sorted(read) if k not in doc] == []
+    assert [m for m in METRICS if m not in doc] == []
