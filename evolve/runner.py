@@ -22,6 +22,7 @@ from evolve.device_identity import check_devices, machine_devices, retime_elsewh
 from evolve.evaluating import SearchEvaluator
 from evolve.export import export
 from evolve.llm_setup import LLMRun, llm_run, preflight
+from evolve.output import stdout_outliving_its_reader
 from evolve.progress import Progress, RunSize, Tracker, make_view
 from evolve.session import Session, print_summary, run_status
 from evolve.task_search import TaskEnd
@@ -111,6 +112,14 @@ def searchable(run: RunConfig) -> dict[str, Task]:
 
 def run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
                make_evaluator: Callable[[], SearchEvaluator]) -> SearchResult:
+    """The search, to its end (export, the run's status) even when its standard output closes
+    under it (evolve.output: `| tee` stopped by the same Ctrl-C)."""
+    with stdout_outliving_its_reader():
+        return _run_search(run, search, llm, make_evaluator)
+
+
+def _run_search(run: RunConfig, search: SearchConfig, llm: LLMConfig | None,
+                make_evaluator: Callable[[], SearchEvaluator]) -> SearchResult:
     if llm is not None and not llm.exchange:
         preflight(llm.client)  # a bad key, URL or model is one line before any work
     tasks = searchable(run)

@@ -414,3 +414,46 @@ def test_aa_sentinels_time_the_starting_kernel_apart_from_the_candidates(tmp_pat
     # the candidates' evaluations hold none of them
     assert len(rows(tmp_path, "evaluations")) == len(rows(tmp_path, "candidates")) == submitted
     assert rows(tmp_path, "sessions")[0][9] == len(ev.aa)  # aa_n
+
+
+class Tee:
+    """The pipe to `tee` that the same Ctrl-C kills: each write fails with BrokenPipeError once `gone`."""
+
+    def __init__(self) -> None:
+        self.gone, self.lines = False, []
+
+    def write(self, text: str) -> int:
+        if self.gone:
+            raise BrokenPipeError(32, "Broken pipe")
+        self.lines.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.gone:
+            raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_run_piped_through_tee_and_stopped_by_ctrl_c_still_exports_and_ends_interrupted(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """Its next line raised BrokenPipeError in the middle of the stop: nothing after ^C, nothing
+    exported, the archive left `running`. The rest now goes to standard error."""
+    import _thread
+
+    tee = Tee()
+    monkeypatch.setattr("sys.stdout", tee)
+
+    def ctrl_c() -> None:
+        time.sleep(0.5)
+        tee.gone = True
+        _thread.interrupt_main()
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    result = search(tmp_path, StandIn(delay=0.05), generations=50)
+    assert result.status is RunStatus.INTERRUPTED
+    with closing(sqlite3.connect(tmp_path / "a.db")) as conn:
+        assert conn.execute("select status from runs").fetchall() == [("interrupted",)]
+    assert sorted(p.name for p in (tmp_path / "best").iterdir()) == sorted([*(f"{t}.py" for t in TASKS),
+                                                                           "summary.csv", "summary.json"])
+    err = capsys.readouterr().err.splitlines()
+    closed = err.index("(standard output is closed: the rest goes to standard error)")
+    assert err[closed + 1].startswith("stopping: the evaluations in flight finish")
+    assert err[-1] == f"interrupted: what finished is kept; go on with `python run.py resume {tmp_path / 'a.db'}`"
