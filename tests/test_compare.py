@@ -104,3 +104,32 @@ def test_a_comparison_the_device_has_no_room_for_is_made_on_the_host_with_the_sa
     assert compare_where_room("meta", compare, good, ref) == ""
     assert seen == ["meta", "cpu", "meta", "cpu"]
 
+
+
+def test_a_float16_output_whose_reference_is_beyond_float16_is_right_as_the_infinity_float16_rounds_it_to():
+    ref = torch.tensor([1.0, 131304.0, -70000.0], dtype=torch.float64)  # a matmul on inputs offset +64
+    want = [("float16", (3,))]
+    assert compare_outputs(ref.half(), ref, TOL, expected=want) == ""  # 1, inf, -inf: what float16 holds
+    wrong = ref.half().clone()
+    wrong[1] = 65504.0  # a finite value where the sum overflows: not what float16 gives
+    assert "1 of 3 elements" in compare_outputs(wrong, ref, TOL, expected=want)
+    flipped = ref.half().clone()
+    flipped[2] = float("inf")
+    assert "1 of 3 elements" in compare_outputs(flipped, ref, TOL, expected=want)
+    # float32 holds 131304: there the exact value is still required
+    assert compare_outputs(ref.float(), ref, {"float32": (1e-6, 1e-5)}, expected=[("float32", (3,))]) == ""
+
+
+def test_an_absolute_metric_bound_grows_with_a_variants_magnitude_as_atol_does():
+    ref = torch.randn(4096, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    tol = {"float32": {"rmse": 0.1}}
+    F32 = [("float32", (4096,))]
+    noisy = (ref + 0.05 * torch.randn(4096, generator=torch.Generator().manual_seed(1), dtype=torch.float64)).float()
+    assert compare_outputs(noisy, ref, tol, expected=F32) == ""
+    scaled_ref, scaled_out = ref * 16, noisy * 16  # the same kernel on inputs scaled x16: rmse 0.8
+    assert "rmse" in compare_outputs(scaled_out, scaled_ref, tol, expected=F32)  # the plain case's bound, unscaled
+    assert compare_outputs(scaled_out, scaled_ref, tol, F32, slack=4.0, scaled=True) == ""  # a variant's
+    assert "rmse" in compare_outputs((scaled_ref + 1000).float(), scaled_ref, tol, F32, slack=4.0,
+                                   scaled=True)
+    assert "rel_rmse" in compare_outputs(scaled_out * 2, scaled_ref, {"float32": {"rel_rmse": 0.1}}, F32,
+                                         slack=4.0, scaled=True)  # a relative bound is not scaled

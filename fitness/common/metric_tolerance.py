@@ -24,6 +24,10 @@ METRICS: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], float], bool]] =
                  False),  # RMSE over the reference's RMS, <= bound
     "max_abs": (lambda o, r: float((o - r).abs().max()), False),  # the largest element error, <= bound
 }
+# bounds in the outputs' own units: on an input variant they grow with the outputs' magnitude, as
+# an element-wise atol does (fitness.common.compare: a bound stated for unit data, `rmse <= 0.1`,
+# judged unscaled on inputs scaled x16 or offset +64 failed honest kernels, issue 49)
+ABSOLUTE = frozenset({"rmse", "max_abs"})
 
 
 def _cosine(o: torch.Tensor, r: torch.Tensor) -> float:
@@ -63,8 +67,9 @@ def parse_metrics(given: object, where: str) -> dict[str, float]:
     return out
 
 
-def metric_mismatch(o: torch.Tensor, r: torch.Tensor, metrics: dict[str, float]) -> str:
-    """'' when every bound holds for output `o` against reference `r` (same shape), else one line."""
+def metric_mismatch(o: torch.Tensor, r: torch.Tensor, metrics: dict[str, float], scale: float = 1.0) -> str:
+    """'' when every bound holds for output `o` against reference `r` (same shape), else one line;
+    `scale` multiplies the bounds of the ABSOLUTE metrics (an input variant's)."""
     if o.numel() == 0:
         return ""
     o64, r64 = o.detach().to(torch.float64), r.detach().to(o.device, torch.float64)
@@ -74,6 +79,7 @@ def metric_mismatch(o: torch.Tensor, r: torch.Tensor, metrics: dict[str, float])
         return f"{broken} of {o.numel()} elements are NaN or infinite where the reference is finite"
     o64, r64 = o64[finite], r64[finite]  # an infinite reference element: no distance to measure
     for name, bound in metrics.items():
+        bound = bound * scale if name in ABSOLUTE else bound
         if name == "cosine" and o64.numel():
             problem = _scale_mismatch(o64, r64, bound)
             if problem:
