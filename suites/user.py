@@ -32,6 +32,8 @@ and optionally:
     NON_SIZE_KEYS lower-case shape keys that may hold integers without being sizes, e.g.
                   ("causal",): held-out draws vary only upper-case sizes, so an integer under
                   any other lower-case key is refused
+    VARIANTS      the input distributions checked beside the task's own: a tuple of "scaled" (x16),
+                  "offset" (+64), "extreme" (outliers x256); default ("scaled", "offset"), () for none
     cost          cost(shape, dtype) -> (bytes moved, flops): the roofline floor (without it none)
     CATEGORY, INSTRUCTION (what the LLM operators are told), DIFFICULTY
 
@@ -56,7 +58,7 @@ import torch
 from fitness.common.metric_tolerance import METRICS, parse_metrics
 from suites.ast_lock import parse
 from suites.registry import SuiteError, SuiteTasks, suite_names
-from suites.task import ShapeSet, Task
+from suites.task import VARIANTS, ShapeSet, Task
 from suites.user_checks import check_runs as check_runs
 
 # an element passes when |out - ref| <= atol + rtol * |ref|; TOLERANCE entries replace these
@@ -165,7 +167,7 @@ def load_file(path: Path, suite: str | None = None) -> Task:
         dtypes=dtypes, tolerance=_tolerance(ns, path), cost=cost, start_source=_start(ns, entry, path),
         instruction=str(ns.get("INSTRUCTION") or _instruction(entry, ns["reference"], inplace, _torch_ops(ns, path))),
         difficulty=ns.get("DIFFICULTY"), tags=("user",), inplace=inplace, torch_ops=_torch_ops(ns, path),
-    )
+        variants=_variants(ns, path))
     if _needs_check(path):
         check_runs(task, path)
         _CHECKED.add(_stamp(path))
@@ -242,6 +244,14 @@ def _non_sizes(ns: dict, path: Path) -> frozenset[str]:
             or not all(isinstance(k, str) for k in given):
         raise SuiteError(f"{path}: NON_SIZE_KEYS must be a tuple of shape keys, e.g. (\"stride\",)")
     return frozenset(given)
+
+
+def _variants(ns: dict, path: Path) -> tuple[str, ...]:
+    given = ns.get("VARIANTS", Task.variants)
+    if not isinstance(given, tuple) or any(v not in VARIANTS for v in given):
+        raise SuiteError(f"{path}: VARIANTS must be a tuple of input variants among {', '.join(sorted(VARIANTS))} "
+                         f"(or () for none), not {given!r}")
+    return given
 
 
 def _torch_ops(ns: dict, path: Path) -> bool:

@@ -112,6 +112,8 @@ def test_a_folder_without_any_good_task_is_an_error(tmp_path):
     ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'INPLACE = (5,)', "INPLACE names input 5, but make_inputs gives 3"),
     ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'INPLACE = 0', "INPLACE must be a tuple"),
     ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'TORCH_OPS = True', "TORCH_OPS must be \"allowed\""),
+    ('TOLERANCE = {"float32": (1e-5, 1e-5)}', 'VARIANTS = ("scaled", "huge")', "VARIANTS must be a tuple of input "
+                                                                         "variants among extreme, offset, scaled"),
     ("    return alpha * x + y", "    return x.mul_(alpha).add_(y)", "reference changes input 0 in place: declare "
                                                                     "INPLACE = (0,) if the kernel updates it"),
     ("    return alpha * x + y", "    return (alpha * x + y).to(torch.complex64)",
@@ -215,3 +217,11 @@ def test_the_full_description_of_a_task_file_names_every_setting_the_loader_read
     doc = suites.user.__doc__
     assert [k for k in sorted(read) if k not in doc] == []
     assert [m for m in METRICS if m not in doc] == []
+
+
+def test_a_task_file_declares_its_input_variants(tmp_path):
+    default = load_task(str(_edit(tmp_path, "plain", "", "")), "plain")
+    assert default.variants == ("scaled", "offset")
+    for given, want in (('VARIANTS = ("extreme",)', ("extreme",)), ("VARIANTS = ()", ())):
+        path = _edit(tmp_path, f"v{len(want)}", 'TOLERANCE = {"float32": (1e-5, 1e-5)}', given)
+        assert load_task(str(path), path.stem).variants == want
