@@ -22,6 +22,7 @@ inside when it failed the candidate, and fitness.engine.outcome.verdict_from mak
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -40,7 +41,7 @@ from fitness.engine.judges import Judge, ScriptJudge, judge_for
 from fitness.engine.measuring import BASELINE_CHILDREN, MeasuringTurn
 from fitness.engine.outcome import CleanChild, Evaluation, reference_verdict, task_code_verdict, verdict_from
 from fitness.engine.outputs import EngineOracle
-from fitness.engine.pool import CancelCheck, Cancelled, WorkerFailure, WorkerPool
+from fitness.engine.pool import CancelCheck, Cancelled, WorkerFailure, WorkerPool, raise_if_cancelled
 from fitness.engine.reference_service import REFERENCE_CHILDREN, ReferenceService
 from fitness.engine.replay import REFERENCES_AHEAD as REFERENCES_AHEAD
 from fitness.engine.replay import Replayer, ReplayResult
@@ -227,8 +228,8 @@ class Evaluator:
         # order: slots serve the candidates that began evaluating first, so a task's
         # starting kernel is not overtaken by the children other tasks make meanwhile
         correct = self._alone_on_oom(lambda: self.correctness.run(task, judge, source, cancel, order=t0),
-                                     lambda c: (c.failure,), cancel)
-        found = replace(found, correctness=_cap_named(correct))
+                                     lambda c: (c.failure,), _cap_named, cancel)
+        found = replace(found, correctness=correct)
         if correct.traces is None:
             return found
         found = replace(found, replayed=self._replayed_words(judge, correct.traces))
@@ -237,20 +238,19 @@ class Evaluator:
         traces = correct.traces
         replayed, timing, clean = self._alone_on_oom(
             lambda: self._clean_stages(task, judge, traces, timed, cancel, t0, (base_src, source)),
-            lambda r: (r[0].failure, r[1] and r[1].failure, r[2].failure), cancel)
-        replayed, timing, clean = _engines_own(replayed, timing, clean)
+            lambda r: (r[0].failure, r[1] and r[1].failure, r[2].failure), lambda r: _engines_own(*r), cancel)
         aa_source = source if not aa and judge.is_baseline(source) else None
         return replace(found, replay=replayed, timing=timing, clean=clean, aa_source=aa_source)
 
-    def _alone_on_oom(self, stage: Callable[[], R], failures: Callable[[R], tuple], cancel: CancelCheck | None) -> R:
-        """The stage, run again alone where it failed for the GPU's memory (fitness.engine.gpu_memory)."""
+    def _alone_on_oom(self, stage: Callable[[], R], failures: Callable[[R], tuple], named: Callable[[R], R],
+                      cancel: CancelCheck | None) -> R:
+        """The stage, run again alone where it failed for the GPU's memory (fitness.engine.gpu_memory),
+        and `named`: what still ran out of memory alone says so. Without the ledger (no NVML) it runs
+        once, and nothing claims it ran alone."""
         if self.memory is None:
             return stage()
-
-        def waiting() -> None:
-            if cancel and cancel():
-                raise Cancelled()
-        return self.memory.retried(stage, lambda r: (f.reason for f in failures(r) if f is not None), waiting)
+        return named(self.memory.retried(stage, lambda r: (f.reason for f in failures(r) if f is not None),
+                                         functools.partial(raise_if_cancelled, cancel)))
 
     def _evaluation(self, task: Task, aa: bool = False, timed: bool = True) -> Evaluation:
         """An evaluation of `task` before any stage ran: what this evaluator says of every one."""

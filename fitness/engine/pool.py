@@ -153,7 +153,8 @@ class Zygote:
             self.proc = None
 
 
-def _stop_if(cancel: CancelCheck | None) -> None:
+def raise_if_cancelled(cancel: CancelCheck | None) -> None:
+    """Cancelled where the caller's cancel() says so (a stopping run)."""
     if cancel and cancel():
         raise Cancelled()
 
@@ -287,7 +288,7 @@ class WorkerPool:
             if ticket is not None:
                 return ticket
             self._give_back(time.monotonic())
-            ledger.wait_for_room(role, lambda: _stop_if(cancel))
+            ledger.wait_for_room(role, functools.partial(raise_if_cancelled, cancel))
 
     def _take_spare(self) -> ChildProcess | None:
         if not self.spares:
