@@ -191,3 +191,14 @@ def test_a_living_childs_reservation_follows_what_it_holds():
     _hold(memory, "candidate", release, first)
     assert first.wait(2) and not _admitted_within(memory, "clean", 0.5)
     release.set()
+
+
+def test_a_candidates_report_is_bounded_by_its_cap():
+    memory = GpuMemory(80 * GIB)
+    memory.learn("candidate", 10**15)  # a candidate's process reports its own peak: a lie stops at its cap
+    assert memory.need("candidate") == 40 * GIB + CONTEXT_BYTES
+    ticket = memory.try_admit("clean")
+    assert ticket is not None
+    memory.observe(ticket, 10**15)
+    assert memory.most_held == 80 * GIB + CONTEXT_BYTES
+    memory.release(ticket)

@@ -321,10 +321,11 @@ class Replayer:
     def _launch(self, ev: dict, bufs: dict) -> None:
         args = self._decode(ev["args"], bufs)
         recorded, name = ev.get("grid"), ev.get("kernel")
-        if not isinstance(recorded, list) or not _ints(recorded) or not 1 <= len(recorded) <= 3 \
-                or any(g < 0 or g > 2**31 for g in recorded):
+        if not isinstance(recorded, list) or not _ints(recorded) or not 1 <= len(recorded) <= 3:
             raise ReplayError("recorded grid out of range")
         grid = tuple(self._carry(g) for g in recorded) + (1,) * (3 - len(recorded))
+        if any(g < 0 or g > 2**31 for g in grid):  # after carrying: a read the replay made is bounded too
+            raise ReplayError(f"grid {grid} out of range")
         kernel = self.kernels.get(name) if isinstance(name, str) else None
         if kernel is None and self.built is not None and isinstance(name, str) and name in self.trace["kernels"]:
             kernel = kernel_named(self.built, self.trace["kernels"][name].get("name"))

@@ -77,7 +77,14 @@ class GpuMemory:
         """A child of `role` reported its peak (allocator reservation; the context is added here)."""
         if peak_bytes > 0:
             with self._cv:
-                self._peaks.setdefault(role, deque(maxlen=RECENT)).append(int(peak_bytes) + CONTEXT_BYTES)
+                self._peaks.setdefault(role, deque(maxlen=RECENT)).append(self._bounded(role, peak_bytes))
+
+    def _bounded(self, role: str, nbytes: int) -> int:
+        """A child's report, plus its context, no more than its role's allocator can hold: a
+        candidate's process reports its own memory, and a lie beyond its cap would hold back
+        the children after it."""
+        cap = self.total * (CANDIDATE_SHARE if role == "candidate" else 1.0)
+        return int(min(max(int(nbytes), 0), cap)) + CONTEXT_BYTES
 
     @contextlib.contextmanager
     def admit(self, role: str, waiting: Callable[[], None] | None = None) -> Iterator[None]:
@@ -114,7 +121,7 @@ class GpuMemory:
         with self._cv:
             if ticket in self._held:
                 role, need = self._held[ticket]
-                now = int(held_bytes) + CONTEXT_BYTES
+                now = self._bounded(role, held_bytes)
                 self._held[ticket] = (role, now if role in PERSISTENT else max(need, now))
                 self.most_held = max(self.most_held, sum(n for _, n in self._held.values()))
                 self._cv.notify_all()

@@ -112,6 +112,15 @@ def check_an_index_read_with_item_is_read_on_the_replays_values_and_carried_to_t
     torch.testing.assert_close(outs[0], want)  # the launch's row argument took the replay's read
 
 
+def check_a_read_carried_into_the_grid_is_bounded_as_a_recorded_grid_is():
+    mod, kernels = _load("grid_from_read")
+    trace = _record(mod, (torch.tensor(8),))
+    torch.testing.assert_close(Replayer(trace, "cpu", kernels).run((torch.tensor(8),))[0],
+                               torch.arange(8.0).repeat_interleave(16))
+    with pytest.raises(ReplayError, match=r"grid \(4294967296, 1, 1\) out of range"):
+        Replayer(trace, "cpu", kernels).run((torch.tensor(2**32),))
+
+
 def check_a_flag_computed_from_a_read_is_not_carried_and_the_replay_notes_the_stale_read():
     def make(s):
         return (_vec(s).reshape(2, 128) + (100.0 if s == 2 else 0.0),)
