@@ -79,6 +79,7 @@ def program_of(trace: dict, constexprs: Constexprs | None = None,
     made on a shape's first call and kept is honest."""
     reads = False
     steps: list[tuple] = []
+    builds: dict[str, str] = {}  # a kernel's build, read once per trace (its metadata is JSON)
     for ev in trace["events"]:
         if ev.get("kind") == "op":
             reads = reads or type(ev.get("out")) in (bool, int, float)
@@ -89,7 +90,10 @@ def program_of(trace: dict, constexprs: Constexprs | None = None,
             continue
         kernel = str(ev.get("kernel"))
         desc = trace["kernels"].get(kernel) if build is not None else None
-        kernel = repr(build(desc)) if build is not None and isinstance(desc, dict) else kernel
+        if build is not None and isinstance(desc, dict):
+            if kernel not in builds:
+                builds[kernel] = repr(build(desc))
+            kernel = builds[kernel]
         positions, names = (constexprs or {}).get(kernel.rpartition(":")[2], ((), frozenset()))
         args = ev.get("args") if isinstance(ev.get("args"), list) else []
         kwargs = ev.get("kwargs", {}).get("__d__", {}) if isinstance(ev.get("kwargs"), dict) else {}
